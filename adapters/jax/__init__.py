@@ -1,0 +1,1 @@
+"""FAST adapter for jax: not implemented yet (see the project issues)."""

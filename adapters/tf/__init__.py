@@ -1,0 +1,1 @@
+"""FAST adapter for tf: not implemented yet (see the project issues)."""

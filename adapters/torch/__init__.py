@@ -1,0 +1,1 @@
+"""FAST adapter for torch: not implemented yet (see the project issues)."""
