@@ -1,0 +1,149 @@
+"""The small messaging protocol every strategy is written against, and the timed wait they all share.
+
+An engine moves raw NumPy buffers between ranks: nonblocking point-to-point sends and receives, plus allreduce,
+broadcast and barrier. Nothing is pickled. Every wait has a deadline, and a missed deadline names the peer.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import PeerTimeout
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a rank waits for a peer before raising PeerTimeout (override per engine or with FAST_TIMEOUT)."""
+
+REDUCE_OPS = ("sum", "min", "max")
+MAX_USER_TAG = 30000
+"""Tags at or above this are reserved for the engines' own bookkeeping."""
+
+
+class Request(ABC):
+    """One pending nonblocking send or receive, with what it is waiting for (for error messages)."""
+
+    def __init__(self, kind: str, peer: int, tag: int, nbytes: int) -> None:
+        self.kind = kind
+        self.peer = peer
+        self.tag = tag
+        self.nbytes = nbytes
+        self.done = False
+
+    @abstractmethod
+    def test(self) -> bool:
+        """Advance the operation if possible; True once it has completed."""
+
+    def cancel(self) -> None:
+        """Give up on a receive that will never be matched (after a timeout); sends cannot be cancelled."""
+        self.done = True
+
+    def describe(self) -> str:
+        direction = "to" if self.kind == "send" else "from"
+        return f"{self.kind} of {self.nbytes} bytes {direction} rank {self.peer} (tag {self.tag})"
+
+
+class Engine(ABC):
+    """Rank, size, point-to-point buffers and the three collectives FAST needs."""
+
+    rank: int
+    size: int
+    timeout: float
+    name: str = "engine"
+
+    @abstractmethod
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        """Start sending a contiguous buffer; it must not change until the request completes."""
+
+    @abstractmethod
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        """Start receiving into a contiguous buffer of exactly the size the peer sends."""
+
+    @abstractmethod
+    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+        """Reduce ``buf`` across all ranks, in place."""
+
+    @abstractmethod
+    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+        """Overwrite ``buf`` on every rank with root's ``buf``."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Return once every rank has entered the barrier."""
+
+    @abstractmethod
+    def dup(self, timeout: float | None = None) -> Engine:
+        """A new engine over the same ranks whose messages and collectives never mix with this one's.
+
+        Collective: every rank must call it. A background communication thread gets its own this way.
+        """
+
+    def check_alive(self) -> None:  # noqa: B027 - optional hook, most engines have nothing to check
+        """Raise when the job cannot make progress any more (used by in-process clusters)."""
+
+    def wait(self, request: Request, timeout: float | None = None) -> None:
+        self.wait_all((request,), timeout)
+
+    def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
+        """Complete every request or raise PeerTimeout naming the peers still awaited."""
+        pending = [r for r in requests if not r.done]
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        pause = 0.0
+        while pending:
+            pending = [r for r in pending if not r.test()]
+            if not pending:
+                return
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise timeout_error(self.rank, pending, self.timeout if timeout is None else timeout)
+            # Spin first (large MPI messages only progress inside MPI calls), then back off to spare the CPU.
+            if pause:
+                time.sleep(pause)
+            pause = min(1e-3, pause * 2 + 1e-6)
+
+    def exchange(
+        self,
+        send: np.ndarray,
+        dests: Sequence[int],
+        recvs: Sequence[np.ndarray],
+        sources: Sequence[int],
+        tag: int = 0,
+    ) -> list[Request]:
+        """Post receives from ``sources`` into ``recvs`` and sends of ``send`` to ``dests``; returns the requests."""
+        requests = [self.irecv(buf, src, tag) for buf, src in zip(recvs, sources, strict=True)]
+        requests += [self.isend(send, dst, tag) for dst in dests]
+        return requests
+
+    def check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {peer} does not exist: this job has ranks 0..{self.size - 1}")
+        if peer == self.rank:
+            raise ValueError(f"rank {peer} cannot message itself; a strategy mixes its own buffer locally")
+
+
+def check_tag(tag: int) -> None:
+    if not 0 <= tag < MAX_USER_TAG:
+        raise ValueError(f"tag {tag} is outside 0..{MAX_USER_TAG - 1} (higher tags are reserved by FAST)")
+
+
+def check_op(op: str) -> None:
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduction '{op}'; use one of {REDUCE_OPS}")
+
+
+def check_contiguous(buf: np.ndarray, what: str) -> None:
+    if not isinstance(buf, np.ndarray) or not buf.flags.c_contiguous:
+        raise TypeError(f"{what} needs a C-contiguous NumPy array, got {type(buf).__name__}")
+
+
+def timeout_error(rank: int, pending: Sequence[Request], seconds: float) -> PeerTimeout:
+    peers = tuple(sorted({r.peer for r in pending}))
+    what = "; ".join(r.describe() for r in pending[:4])
+    more = f" (+{len(pending) - 4} more)" if len(pending) > 4 else ""
+    return PeerTimeout(
+        f"rank {rank} waited {seconds:g} s for rank(s) {list(peers)}: {what}{more}. The peer may be slower, stuck, "
+        "dead, or running a different number of steps; raise the timeout (FAST_TIMEOUT) if it is only slow",
+        ranks=peers,
+    )

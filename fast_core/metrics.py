@@ -1,0 +1,36 @@
+"""Per-worker counters every strategy updates, exposed as a plain dict for logs, progress bars and benchmarks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Metrics:
+    """What one worker did: steps, traffic, time spent waiting on peers, staleness of what it mixed."""
+
+    steps: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
+    wait_seconds: float = 0.0
+    staleness_sum: int = 0
+    staleness_count: int = 0
+    staleness_max: int = 0
+    consensus_distance: float | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+    def record_staleness(self, steps_behind: int) -> None:
+        self.staleness_sum += steps_behind
+        self.staleness_count += 1
+        self.staleness_max = max(self.staleness_max, steps_behind)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        data = asdict(self)
+        elapsed = time.perf_counter() - data.pop("started")
+        data["elapsed_seconds"] = elapsed
+        data["steps_per_second"] = self.steps / elapsed if elapsed > 0 else 0.0
+        data["mean_staleness"] = self.staleness_sum / self.staleness_count if self.staleness_count else 0.0
+        return data

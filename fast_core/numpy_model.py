@@ -1,0 +1,103 @@
+"""A softmax-regression model in NumPy that implements the adapter contract.
+
+It lets the core be used, tested and simulated end to end with no deep-learning framework, and it is the
+reference against which the adapters' numbers are checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .flat import FlatLayout
+
+
+class SGD:
+    """Plain SGD on a flat buffer: x <- x - lr * g."""
+
+    def __init__(self, lr: float = 0.1) -> None:
+        self.lr = lr
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        params -= self.lr * grad
+
+    def reset(self) -> None:
+        """SGD keeps no state."""
+
+
+class AdaGrad:
+    """AdaGrad on a flat buffer: a stateful optimizer, as FAST's published setup used."""
+
+    def __init__(self, lr: float = 0.01, eps: float = 1e-10, initial_accumulator: float = 0.0) -> None:
+        self.lr = lr
+        self.eps = eps
+        self.initial_accumulator = initial_accumulator
+        self.sum_sq: np.ndarray | None = None
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        if self.sum_sq is None:
+            self.sum_sq = np.full_like(params, self.initial_accumulator)
+        self.sum_sq += grad * grad
+        params -= self.lr * grad / (np.sqrt(self.sum_sq) + self.eps)
+
+    def reset(self) -> None:
+        self.sum_sq = None
+
+
+class SoftmaxRegression:
+    """Multinomial logistic regression: weights (features x classes) and bias, in one flat buffer."""
+
+    def __init__(self, n_features: int, n_classes: int, optimizer=None, seed: int = 0, dtype: str = "float64"):
+        self.layout = FlatLayout([("weight", (n_features, n_classes), dtype), ("bias", (n_classes,), dtype)])
+        self._params = self.layout.empty()
+        self._grads = np.zeros_like(self._params)
+        rng = np.random.default_rng(seed)
+        self._params[:] = rng.normal(0.0, 0.01, self.layout.size)
+        self.optimizer = optimizer if optimizer is not None else SGD()
+        views = self.layout.unpack(self._params)
+        self.weight, self.bias = views["weight"], views["bias"]
+
+    # adapter contract: the buffers are the model's own storage, so these are views ---------------------------
+    def params(self) -> np.ndarray:
+        return self._params
+
+    def set_params(self, flat: np.ndarray) -> None:
+        if flat is not self._params:
+            np.copyto(self._params, flat)
+
+    def grads(self) -> np.ndarray:
+        return self._grads
+
+    def set_grads(self, flat: np.ndarray) -> None:
+        if flat is not self._grads:
+            np.copyto(self._grads, flat)
+
+    def apply_gradient(self, flat_grad: np.ndarray) -> None:
+        self.optimizer.step(self._params, flat_grad)
+
+    # training -----------------------------------------------------------------------------------------------
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.weight + self.bias
+
+    def compute_gradients(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Fill the gradient buffer with d(mean cross-entropy)/d(params) on a batch; return the loss."""
+        z = self.logits(x)
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        n = len(y)
+        loss = -float(np.mean(np.log(p[np.arange(n), y] + 1e-12)))
+        p[np.arange(n), y] -= 1.0
+        p /= n
+        grads = self.layout.unpack(self._grads)
+        np.matmul(x.T, p, out=grads["weight"])
+        np.sum(p, axis=0, out=grads["bias"])
+        return loss
+
+    def optimizer_step(self) -> None:
+        """One step of the model's optimizer with its own gradients."""
+        self.optimizer.step(self._params, self._grads)
+
+    def accuracy(self, x: np.ndarray, y: np.ndarray, params: np.ndarray | None = None) -> float:
+        """Fraction of correct predictions, with the model's parameters or another flat buffer of its layout."""
+        views = self.layout.unpack(self._params if params is None else params)
+        return float(np.mean(np.argmax(x @ views["weight"] + views["bias"], axis=1) == y))

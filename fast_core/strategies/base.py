@@ -1,0 +1,35 @@
+"""What every strategy is: three hooks around the optimizer step, written once against the Worker."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+
+class Strategy:
+    """Base class of all strategies; hooks default to doing nothing.
+
+    ``setup`` runs once all ranks hold the same parameters; ``before_step`` sees the gradients of the last
+    backward pass before the user's optimizer uses them; ``after_step`` sees the parameters the optimizer left;
+    ``close`` completes any communication still in flight.
+    """
+
+    name = "strategy"
+
+    def setup(self, worker: Worker) -> None:
+        """Allocate buffers and start whatever communication precedes the first step."""
+
+    def before_step(self, worker: Worker) -> None:
+        """Act on the gradients (gradient strategies)."""
+
+    def after_step(self, worker: Worker) -> None:
+        """Act on the parameters (parameter strategies)."""
+
+    def close(self, worker: Worker) -> None:
+        """Complete pending communication."""
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"

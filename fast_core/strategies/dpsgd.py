@@ -1,0 +1,64 @@
+"""D-PSGD (Lian et al. 2017): synchronous averaging of parameters with the neighbours of a topology."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..engine import Request
+from ..mixing import axpy
+from ..topology import Topology, make_topology
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+
+class DPSGD(Strategy):
+    """x_i <- sum_j w_ij x_j + delta_i, where delta_i is what the optimizer did to x_i this step (-eta g_i for SGD).
+
+    The parameters x_j of the start of step k are sent as soon as step k-1's mixing is done, so the exchange runs
+    while step k computes its gradient; after the optimizer step the worker waits for its neighbours and mixes.
+    """
+
+    name = "dpsgd"
+
+    def __init__(self, topology: str | Topology = "ring", weights: str = "uniform") -> None:
+        self.topology = topology
+        self.weights = weights
+
+    def setup(self, worker: Worker) -> None:
+        self._graph = make_topology(self.topology, worker.size, weights=self.weights)
+        self._start = worker.layout.empty()  # own parameters at the start of the step, also the send buffer
+        self._received: dict[int, np.ndarray] = {}
+        self._requests: list[Request] = []
+        self._post(worker, worker.step)
+
+    def _buffer(self, worker: Worker, peer: int) -> np.ndarray:
+        if peer not in self._received:
+            self._received[peer] = worker.layout.empty()
+        return self._received[peer]
+
+    def _post(self, worker: Worker, step: int) -> None:
+        np.copyto(self._start, worker.model.params())
+        sources = self._graph.in_neighbors(worker.rank, step)
+        dests = self._graph.out_neighbors(worker.rank, step)
+        recvs = [self._buffer(worker, peer) for peer in sources]
+        self._requests = worker.exchange(self._start, dests, recvs, sources)
+        self._round = step
+
+    def after_step(self, worker: Worker) -> None:
+        worker.wait_all(self._requests)
+        params = worker.model.params()
+        rank, step = worker.rank, self._round
+        # params = x_i + delta_i  ->  w_ii x_i + sum_j w_ij x_j + delta_i
+        axpy(self._graph.self_weight(rank, step) - 1.0, self._start, params)
+        for peer, weight in self._graph.in_weights(rank, step).items():
+            axpy(weight, self._received[peer], params)
+        worker.model.set_params(params)
+        self._post(worker, step + 1)
+
+    def close(self, worker: Worker) -> None:
+        worker.wait_all(self._requests)
+        self._requests = []

@@ -1,0 +1,132 @@
+"""A Worker ties one model (through the adapter contract) to a strategy and an engine.
+
+Adapters call ``before_step`` between backward and the optimizer step and ``after_step`` after it; the strategy
+decides what to exchange. The worker also owns the metrics and the start-up checks every job needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from .contract import ModelAdapter
+from .engine import Engine, Request
+from .flat import check_same_layout
+from .metrics import Metrics
+from .strategies import Strategy, make_strategy
+
+log = logging.getLogger("fast")
+
+
+class Worker:
+    """One rank's training state: model adapter, strategy, engine, step counter and metrics."""
+
+    def __init__(
+        self,
+        model: ModelAdapter,
+        strategy: Strategy | str,
+        engine: Engine,
+        *,
+        broadcast_start: bool = True,
+    ) -> None:
+        self.model = model
+        self.engine = engine
+        self.strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
+        self.rank = engine.rank
+        self.size = engine.size
+        self.step = 0
+        self.metrics = Metrics()
+        self._broadcast_start = broadcast_start
+        self._started = False
+        self._closed = False
+
+    @property
+    def layout(self):
+        return self.model.layout
+
+    def start(self) -> Worker:
+        """Check every rank holds the same model, give all the same start, and let the strategy set up."""
+        if self._started:
+            return self
+        check_same_layout(self.layout, self.engine)
+        if self._broadcast_start:
+            self.broadcast_params(root=0)
+        self.strategy.setup(self)
+        self._started = True
+        return self
+
+    def before_step(self) -> None:
+        """Hook between backward and the optimizer step (gradient strategies act here)."""
+        self._ensure_started()
+        self.strategy.before_step(self)
+
+    def after_step(self) -> None:
+        """Hook after the optimizer step (parameter strategies act here)."""
+        self._ensure_started()
+        self.strategy.after_step(self)
+        self.step += 1
+        self.metrics.steps = self.step
+
+    def close(self) -> None:
+        """Finish pending communication; call once at the end of training on every rank."""
+        if self._started and not self._closed:
+            self.strategy.close(self)
+            self._closed = True
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self.start()
+        if self._closed:
+            raise RuntimeError("this FAST worker was closed; create a new one to train again")
+
+    # messaging helpers that keep the metrics ---------------------------------------------------------------
+    def exchange(
+        self, send: np.ndarray, dests: Sequence[int], recvs: Sequence[np.ndarray], sources: Sequence[int], tag: int = 0
+    ) -> list[Request]:
+        """Nonblocking: send ``send`` to every dest and receive one buffer from every source."""
+        requests = self.engine.exchange(send, dests, recvs, sources, tag)
+        self.metrics.bytes_sent += send.nbytes * len(dests)
+        self.metrics.messages_sent += len(dests)
+        self.metrics.bytes_received += sum(r.nbytes for r in recvs)
+        self.metrics.messages_received += len(recvs)
+        return requests
+
+    def wait_all(self, requests: Iterable[Request]) -> None:
+        start = time.perf_counter()
+        self.engine.wait_all(requests)
+        self.metrics.wait_seconds += time.perf_counter() - start
+
+    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+        start = time.perf_counter()
+        self.engine.allreduce(buf, op)
+        self.metrics.wait_seconds += time.perf_counter() - start
+        # ring all-reduce moves about 2 (N-1)/N of the buffer in and out of each rank
+        traffic = int(2 * buf.nbytes * (self.size - 1) / self.size)
+        self.metrics.bytes_sent += traffic
+        self.metrics.bytes_received += traffic
+
+    # whole-job operations -------------------------------------------------------------------------------------
+    def broadcast_params(self, root: int = 0) -> None:
+        """Overwrite every rank's parameters with ``root``'s."""
+        params = np.ascontiguousarray(self.model.params())
+        self.engine.broadcast(params, root)
+        self.model.set_params(params)
+
+    def average_params(self) -> np.ndarray:
+        """The mean of all ranks' parameters (one allreduce); every rank must call it."""
+        mean = np.array(self.model.params(), copy=True)
+        self.engine.allreduce(mean)
+        mean /= self.size
+        return mean
+
+    def consensus_distance(self) -> float:
+        """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small; every rank must call it."""
+        mean = self.average_params()
+        spread = np.array([np.sum((self.model.params() - mean) ** 2, dtype=np.float64)])
+        self.engine.allreduce(spread)
+        value = float(spread[0]) / self.size
+        self.metrics.consensus_distance = value
+        return value

@@ -1,0 +1,34 @@
+"""Strategy strings: parsing, typed options and the errors for unknown names and keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from fast_core import DPSGD, AllReduce, ConfigError, make_strategy
+from fast_core.strategies import parse_strategy
+
+
+def test_parse_strategy_types_values_and_bare_topology() -> None:
+    assert parse_strategy("dpsgd:torus,weights=metropolis") == ("dpsgd", {"topology": "torus", "weights": "metropolis"})
+    assert parse_strategy(" Async : ring , staleness=4, rate=0.5, strict=true, bound=inf") == (
+        "async",
+        {"topology": "ring", "staleness": 4, "rate": 0.5, "strict": True, "bound": float("inf")},
+    )
+    assert parse_strategy("allreduce") == ("allreduce", {})
+
+
+def test_make_strategy_builds_configured_objects() -> None:
+    strategy = make_strategy("dpsgd:exp1")
+    assert isinstance(strategy, DPSGD) and strategy.topology == "exp1" and strategy.weights == "uniform"
+    assert isinstance(make_strategy("allreduce"), AllReduce)
+    same = DPSGD()
+    assert make_strategy(same) is same
+
+
+def test_unknown_names_and_options_are_clear_errors() -> None:
+    with pytest.raises(ConfigError, match=r"unknown strategy 'dpsdg' \(did you mean 'dpsgd'\?\); choose one of"):
+        make_strategy("dpsdg:ring")
+    with pytest.raises(ConfigError, match=r"strategy 'dpsgd' has no option 'staleness'; it takes: topology, weights"):
+        make_strategy("dpsgd:ring,staleness=3")
+    with pytest.raises(ConfigError, match="given twice"):
+        make_strategy("dpsgd:ring,topology=torus")
