@@ -1,219 +1,28 @@
-"""Multi-rank test cases written once, run by pytest on a LocalCluster and by run_cases.py under mpiexec.
+"""All multi-rank cases: every ``case_*`` function of the ``cases_*.py`` modules beside this file.
 
-Each ``case_*`` takes this rank's engine, runs the same code on every rank and asserts; a failure on any rank
-fails the case (in-process: re-raised by LocalCluster.run; under MPI: the job aborts).
+Each case takes this rank's engine, runs the same code on every rank and asserts. pytest runs them in-process on
+a LocalCluster (tests/test_multirank.py); run_cases.py runs them under mpiexec with the MPI engine.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import importlib
+from collections.abc import Callable
+from pathlib import Path
 
-from fast_core import Worker
-from fast_core.datasets import shard_indices, synthetic_classification
 from fast_core.engine import Engine
-from fast_core.errors import MessageError, ModelMismatchError, PeerTimeout
-from fast_core.numpy_model import SGD, SoftmaxRegression
-from fast_core.topology import make_topology
-
-# engine ---------------------------------------------------------------------------------------------------------
 
 
-def case_ring_exchange_in_order(engine: Engine) -> None:
-    """Messages reach the right peer, with the right content, in the order sent per tag."""
-    right, left = (engine.rank + 1) % engine.size, (engine.rank - 1) % engine.size
-    if engine.size == 1:
-        return
-    sends = [np.full(1000, 10 * engine.rank + k, dtype=np.float32) for k in range(3)]
-    recvs = [np.empty(1000, dtype=np.float32) for _ in range(3)]
-    requests = [engine.irecv(buf, left, tag=7) for buf in recvs]
-    requests += [engine.isend(buf, right, tag=7) for buf in sends]
-    other = np.empty(4, dtype=np.float64)
-    requests += [engine.irecv(other, right, tag=8), engine.isend(np.arange(4.0) + engine.rank, left, tag=8)]
-    engine.wait_all(requests)
-    for k, buf in enumerate(recvs):
-        assert np.all(buf == 10 * left + k), (k, buf[:3])
-    np.testing.assert_array_equal(other, np.arange(4.0) + right)
+def _collect() -> dict[str, Callable[[Engine], None]]:
+    found: dict[str, Callable[[Engine], None]] = {}
+    for path in sorted(Path(__file__).resolve().parent.glob("cases_*.py")):
+        module = importlib.import_module(path.stem)
+        for name, fn in sorted(vars(module).items()):
+            if name.startswith("case_") and callable(fn):
+                if name in found:
+                    raise RuntimeError(f"two case modules define {name}")
+                found[name] = fn
+    return found
 
 
-def case_collectives_match_numpy(engine: Engine) -> None:
-    rng = [np.random.default_rng(r) for r in range(engine.size)]
-    values = [g.normal(size=257) for g in rng]
-    for dtype in (np.float32, np.float64, np.int64):
-        cast = [(v * 100).astype(dtype) for v in values]
-        for op, ref in (("sum", np.sum), ("min", np.min), ("max", np.max)):
-            buf = cast[engine.rank].copy()
-            engine.allreduce(buf, op=op)
-            # float32 sums may be added in another order than NumPy's: allow its rounding (values are ~1e2)
-            atol = 1e-3 if dtype == np.float32 else 1e-9
-            np.testing.assert_allclose(buf, ref(np.stack(cast), axis=0), rtol=0, atol=atol)
-    for root in range(engine.size):
-        buf = np.full(33, float(engine.rank))
-        engine.broadcast(buf, root=root)
-        assert np.all(buf == root)
-    engine.barrier()
-
-
-def case_size_mismatch_is_a_clear_error(engine: Engine) -> None:
-    """A receive whose buffer does not match what the peer sent raises MessageError naming the peer."""
-    if engine.size < 2:
-        return
-    for sent, expected in ((10, 12), (12, 10)):
-        if engine.rank == 0:
-            engine.wait(engine.isend(np.zeros(sent, dtype=np.float32), 1, tag=21))
-        elif engine.rank == 1:
-            try:
-                engine.wait(engine.irecv(np.zeros(expected, dtype=np.float32), 0, tag=21))
-            except MessageError as exc:
-                assert "rank 0" in str(exc) and str(expected * 4) in str(exc), exc
-            else:
-                raise AssertionError("a mismatched message size went unnoticed")
-        engine.barrier()
-
-
-def case_point_to_point_timeout_names_peer(engine: Engine) -> None:
-    if engine.size < 2:
-        return
-    if engine.rank == 0:
-        request = engine.irecv(np.zeros(3), 1, tag=22)  # rank 1 never sends this
-        try:
-            engine.wait(request, timeout=0.3)
-        except PeerTimeout as exc:
-            assert exc.ranks == (1,) and "rank(s) [1]" in str(exc) and "receive of 24 bytes" in str(exc), exc
-        else:
-            raise AssertionError("waiting for a message never sent did not time out")
-        request.cancel()
-    engine.barrier()
-
-
-def case_collective_timeout_names_absent_rank(engine: Engine) -> None:
-    if engine.size < 2:
-        return
-    side = engine.dup(timeout=0.5)
-    absent = engine.size - 1
-    if engine.rank != absent:
-        try:
-            side.allreduce(np.ones(2))
-        except PeerTimeout as exc:
-            assert absent in exc.ranks and f"rank(s) [{absent}]" in str(exc), exc
-        else:
-            raise AssertionError("an allreduce with an absent rank did not time out")
-    engine.barrier()
-
-
-def case_bad_peer_and_tag(engine: Engine) -> None:
-    for bad in (engine.size, -1, engine.rank):
-        try:
-            engine.isend(np.zeros(1), bad)
-        except ValueError as exc:
-            assert f"rank {bad}" in str(exc)
-        else:
-            raise AssertionError(f"sending to rank {bad} was accepted")
-    try:
-        engine.allreduce(np.zeros(1), op="mean")
-    except ValueError as exc:
-        assert "mean" in str(exc)
-    else:
-        raise AssertionError("an unknown reduction was accepted")
-
-
-# worker and strategies --------------------------------------------------------------------------------------------
-
-FEATURES, CLASSES, BATCH, LR = 20, 4, 32, 0.2
-
-
-def _data(size: int):
-    x, y = synthetic_classification(n_samples=2400, n_features=FEATURES, n_classes=CLASSES, seed=3, noise=3.0)
-    test = slice(2000, None)
-    shards = [shard_indices(2000, r, size, seed=1) for r in range(size)]
-    return x, y, shards, (x[test], y[test])
-
-
-def _batch(x, y, shard, step):
-    start = (step * BATCH) % (len(shard) - BATCH)
-    idx = shard[start : start + BATCH]
-    return x[idx], y[idx]
-
-
-def _train(engine: Engine, strategy, steps: int, seed: int = 0):
-    x, y, shards, _ = _data(engine.size)
-    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=seed + engine.rank)
-    worker = Worker(model, strategy, engine).start()
-    for step in range(steps):
-        model.compute_gradients(*_batch(x, y, shards[engine.rank], step))
-        worker.before_step()
-        model.optimizer_step()
-        worker.after_step()
-    worker.close()
-    return model, worker
-
-
-def _reference_dpsgd(size: int, topology: str, steps: int) -> np.ndarray:
-    """Dense-matrix NumPy simulation of D-PSGD: X <- W(k) X - lr * G(X), all workers from rank 0's start."""
-    x, y, shards, _ = _data(size)
-    models = [SoftmaxRegression(FEATURES, CLASSES, seed=0) for _ in range(size)]
-    states = np.stack([models[0].params().copy() for _ in range(size)])
-    graph = make_topology(topology, size)
-    for step in range(steps):
-        grads = []
-        for r, m in enumerate(models):
-            m.set_params(states[r])
-            m.compute_gradients(*_batch(x, y, shards[r], step))
-            grads.append(m.grads().copy())
-        states = graph.mixing_matrix(step) @ states - LR * np.stack(grads)
-    return states
-
-
-def case_dpsgd_matches_dense_reference(engine: Engine) -> None:
-    for topology in ("ring", "exp1", "torus"):
-        model, worker = _train(engine, f"dpsgd:{topology}", steps=20)
-        reference = _reference_dpsgd(engine.size, topology, steps=20)
-        np.testing.assert_allclose(model.params(), reference[engine.rank], rtol=0, atol=1e-6)
-        assert worker.metrics.steps == 20
-
-
-def case_allreduce_keeps_workers_identical(engine: Engine) -> None:
-    model, worker = _train(engine, "allreduce", steps=20)
-    lowest, highest = model.params().copy(), model.params().copy()
-    engine.allreduce(lowest, op="min")
-    engine.allreduce(highest, op="max")
-    np.testing.assert_array_equal(lowest, highest)
-    # and equal to one model trained on the mean gradient of all shards
-    x, y, shards, _ = _data(engine.size)
-    single = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
-    for step in range(20):
-        grads = []
-        for r in range(engine.size):
-            single.compute_gradients(*_batch(x, y, shards[r], step))
-            grads.append(single.grads().copy())
-        single.apply_gradient(np.mean(grads, axis=0))
-    np.testing.assert_allclose(model.params(), single.params(), rtol=0, atol=1e-10)
-    assert worker.consensus_distance() < 1e-20
-
-
-def case_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
-    x, y, shards, (x_test, y_test) = _data(engine.size)
-    accuracy = {}
-    for strategy in ("allreduce", "dpsgd:ring", "dpsgd:exp1"):
-        model, worker = _train(engine, strategy, steps=150)
-        accuracy[strategy] = model.accuracy(x_test, y_test, worker.average_params())
-    assert accuracy["allreduce"] > 0.9, accuracy
-    assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
-
-
-def case_model_mismatch_names_first_difference(engine: Engine) -> None:
-    if engine.size < 2:
-        return
-    odd = engine.size - 1
-    classes = CLASSES + 1 if engine.rank == odd else CLASSES
-    model = SoftmaxRegression(FEATURES, classes, seed=0)
-    try:
-        Worker(model, "allreduce", engine).start()
-    except ModelMismatchError as exc:
-        text = str(exc)
-        assert f"rank {odd}" in text and "'weight'" in text, text
-        assert f"({FEATURES}, {CLASSES + 1})" in text and f"({FEATURES}, {CLASSES})" in text, text
-    else:
-        raise AssertionError("different models on different ranks went unnoticed")
-
-
-CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+CASES = _collect()

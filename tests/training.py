@@ -1,0 +1,59 @@
+"""The shared training task of the multi-rank cases: a NumPy softmax model on synthetic data, 4 shards.
+
+``train`` runs a strategy through the Worker hooks exactly as an adapter would; ``reference_dpsgd`` is the
+dense-matrix NumPy simulation the decentralized strategies are checked against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fast_core import Worker
+from fast_core.datasets import shard_indices, synthetic_classification
+from fast_core.engine import Engine
+from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.topology import make_topology
+
+FEATURES, CLASSES, BATCH, LR = 20, 4, 32, 0.2
+
+
+def task(size: int):
+    x, y = synthetic_classification(n_samples=2400, n_features=FEATURES, n_classes=CLASSES, seed=3, noise=3.0)
+    test = slice(2000, None)
+    shards = [shard_indices(2000, r, size, seed=1) for r in range(size)]
+    return x, y, shards, (x[test], y[test])
+
+
+def batch(x, y, shard, step):
+    start = (step * BATCH) % (len(shard) - BATCH)
+    idx = shard[start : start + BATCH]
+    return x[idx], y[idx]
+
+
+def train(engine: Engine, strategy, steps: int, seed: int = 0, optimizer=None):
+    x, y, shards, _ = task(engine.size)
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=optimizer or SGD(LR), seed=seed + engine.rank)
+    worker = Worker(model, strategy, engine).start()
+    for step in range(steps):
+        model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    return model, worker
+
+
+def reference_dpsgd(size: int, topology: str, steps: int) -> np.ndarray:
+    """Dense-matrix NumPy simulation of D-PSGD: X <- W(k) X - lr * G(X), all workers from rank 0's start."""
+    x, y, shards, _ = task(size)
+    models = [SoftmaxRegression(FEATURES, CLASSES, seed=0) for _ in range(size)]
+    states = np.stack([models[0].params().copy() for _ in range(size)])
+    graph = make_topology(topology, size)
+    for step in range(steps):
+        grads = []
+        for r, m in enumerate(models):
+            m.set_params(states[r])
+            m.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(m.grads().copy())
+        states = graph.mixing_matrix(step) @ states - LR * np.stack(grads)
+    return states
