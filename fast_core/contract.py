@@ -31,5 +31,7 @@ class ModelAdapter(Protocol):
     def set_grads(self, flat: np.ndarray) -> None:
         """Replace the gradients the optimizer is about to use."""
 
+    # Optional: ``reset_optimizer()`` clears the optimizer's state (used by FAST's restart_from_best).
+
     def apply_gradient(self, flat_grad: np.ndarray) -> None:
         """Take one step of the user's (stateful) optimizer with this gradient, e.g. a neighbour's for FAST."""

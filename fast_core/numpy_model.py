@@ -74,6 +74,10 @@ class SoftmaxRegression:
     def apply_gradient(self, flat_grad: np.ndarray) -> None:
         self.optimizer.step(self._params, flat_grad)
 
+    def reset_optimizer(self) -> None:
+        """Forget optimizer state (FAST's restart from the best replica may ask for it)."""
+        self.optimizer.reset()
+
     # training -----------------------------------------------------------------------------------------------
     def logits(self, x: np.ndarray) -> np.ndarray:
         return x @ self.weight + self.bias

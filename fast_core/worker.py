@@ -70,6 +70,11 @@ class Worker:
         self.step += 1
         self.metrics.steps = self.step
 
+    def end_epoch(self, metric: float) -> None:
+        """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
+        self._ensure_started()
+        self.strategy.end_epoch(self, metric)
+
     def close(self) -> None:
         """Finish pending communication; call once at the end of training on every rank."""
         if self._started and not self._closed:
@@ -114,6 +119,24 @@ class Worker:
         params = np.ascontiguousarray(self.model.params())
         self.engine.broadcast(params, root)
         self.model.set_params(params)
+
+    def restart_from_best(self, metric: float, reset_optimizer: bool = False) -> int:
+        """Give every rank the parameters of the rank with the highest ``metric`` (lowest rank on ties).
+
+        Collective. With ``reset_optimizer`` the adapter's ``reset_optimizer()`` also clears optimizer state,
+        as the original FAST did. Returns the rank whose parameters were taken.
+        """
+        best = np.array([metric], dtype=np.float64)
+        self.engine.allreduce(best, op="max")
+        owner = np.array([self.rank if metric >= best[0] else self.size], dtype=np.int64)
+        self.engine.allreduce(owner, op="min")
+        self.broadcast_params(root=int(owner[0]))
+        if reset_optimizer:
+            reset = getattr(self.model, "reset_optimizer", None)
+            if reset is None:
+                raise TypeError(f"{type(self.model).__name__} has no reset_optimizer(); the adapter cannot reset state")
+            reset()
+        return int(owner[0])
 
     def average_params(self) -> np.ndarray:
         """The mean of all ranks' parameters (one allreduce); every rank must call it."""

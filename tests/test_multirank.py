@@ -22,3 +22,10 @@ def test_cases_under_mpiexec(ranks: int) -> None:
     for name in CASES:
         assert f"{name} ok" in output, output
     assert f"mpi cases: {len(CASES)} passed, 0 failed" in output
+
+
+@pytest.mark.mpi
+def test_async_strategies_finish_on_eight_ranks() -> None:
+    """Ring, torus and exponential graphs on 8 ranks (more ranks than cores): no deadlock at any stop."""
+    output = run_mpi(8, TESTS / "run_cases.py", "case_async_strategies_finish_on_every_topology", timeout=240)
+    assert "case_async_strategies_finish_on_every_topology ok" in output, output

@@ -106,29 +106,61 @@ class LocalCluster:
             return None if box is None else box.pop(seq, None)
 
     # collectives -------------------------------------------------------------------------------------------
+    def deposit(self, rank: int, generation: int, value: Any) -> None:
+        """Join collective number ``generation`` with ``value`` (nonblocking)."""
+        with self._cond:
+            self._collectives.setdefault(generation, {})[rank] = value
+            self._cond.notify_all()
+
+    def collect(self, generation: int) -> list[Any] | None:
+        """Every rank's value of collective ``generation`` once all have joined, else None (nonblocking)."""
+        with self._cond:
+            slots = self._collectives.get(generation, {})
+            if len(slots) < self.size:
+                return None
+            values = [slots[r] for r in range(self.size)]
+            self._readers[generation] = self._readers.get(generation, 0) + 1
+            if self._readers[generation] == self.size:
+                del self._collectives[generation], self._readers[generation]
+            return values
+
+    def missing(self, generation: int) -> tuple[int, ...]:
+        with self._cond:
+            slots = self._collectives.get(generation, {})
+            return tuple(r for r in range(self.size) if r not in slots)
+
     def gather_all(self, rank: int, generation: int, value: Any, what: str) -> list[Any]:
         """Deposit ``value`` for collective number ``generation`` and return every rank's value, in rank order."""
         deadline = time.monotonic() + self.timeout
+        self.deposit(rank, generation, value)
         with self._cond:
-            slots = self._collectives.setdefault(generation, {})
-            slots[rank] = value
-            self._cond.notify_all()
-            while len(slots) < self.size:
+            while (values := self.collect(generation)) is None:
                 self.check_alive()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = tuple(r for r in range(self.size) if r not in slots)
+                    missing = self.missing(generation)
                     raise PeerTimeout(
                         f"rank {rank} waited {self.timeout:g} s in {what} #{generation} for rank(s) "
                         f"{list(missing)}, which never joined it (still computing, stuck, or on another code path)",
                         ranks=missing,
                     )
                 self._cond.wait(min(left, 0.05))
-            values = [slots[r] for r in range(self.size)]
-            self._readers[generation] = self._readers.get(generation, 0) + 1
-            if self._readers[generation] == self.size:
-                del self._collectives[generation], self._readers[generation]
             return values
+
+
+class _LocalBarrier(Request):
+    def __init__(self, cluster: LocalCluster, rank: int, generation: int) -> None:
+        super().__init__("barrier", -1, -1, 0)
+        self._cluster = cluster
+        self._generation = generation
+        cluster.deposit(rank, generation, None)
+
+    def test(self) -> bool:
+        self.done = self.done or self._cluster.collect(self._generation) is not None
+        return self.done
+
+    def describe(self) -> str:
+        return f"barrier #{self._generation} (missing ranks {list(self._cluster.missing(self._generation))})"
 
 
 class _LocalRecv(Request):
@@ -221,3 +253,7 @@ class LocalEngine(Engine):
 
     def barrier(self) -> None:
         self._collective(None, "barrier")
+
+    def ibarrier(self) -> Request:
+        self._generation += 1
+        return _LocalBarrier(self.cluster, self.rank, self._generation)

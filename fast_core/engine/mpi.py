@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
 from ..errors import MessageError, PeerTimeout
-from .base import DEFAULT_TIMEOUT, MAX_USER_TAG, Engine, Request, check_contiguous, check_op, check_tag
+from .base import (
+    DEFAULT_TIMEOUT,
+    MAX_USER_TAG,
+    SPIN_SECONDS,
+    Engine,
+    Request,
+    check_contiguous,
+    check_op,
+    check_tag,
+)
 
 _DIAGNOSE_TAG = MAX_USER_TAG + 1
 _DIAGNOSE_SECONDS = 3.0
@@ -44,14 +54,14 @@ class _MPIRequest(Request):
         self._MPI = MPI
         self._request = request
         self._rank = rank
-        self._status = MPI.Status() if kind == "receive" else None
+        self.status = MPI.Status()
 
     def test(self) -> bool:
         if self.done:
             return True
-        MPI, status = self._MPI, self._status
+        MPI = self._MPI
         try:
-            finished = self._request.Test(status)
+            finished = self._request.Test(self.status)
         except MPI.Exception as exc:
             if exc.Get_error_class() == MPI.ERR_TRUNCATE:
                 raise MessageError(
@@ -59,15 +69,20 @@ class _MPIRequest(Request):
                     "the message is larger: the two ranks disagree on the message layout"
                 ) from exc
             raise
-        if finished and self.kind == "receive":
-            received = status.Get_count(MPI.BYTE)
+        if finished:
+            self.complete()
+        return finished
+
+    def complete(self) -> None:
+        """Mark done after MPI completed the request into ``self.status``; a receive checks its size."""
+        if self.kind == "receive":
+            received = self.status.Get_count(self._MPI.BYTE)
             if received != self.nbytes:
                 raise MessageError(
                     f"rank {self._rank} expected {self.nbytes} bytes from rank {self.peer} (tag {self.tag}) but "
                     f"received {received}: the two ranks disagree on the message layout"
                 )
-        self.done = finished
-        return finished
+        self.done = True
 
     def cancel(self) -> None:
         if not self.done and self.kind == "receive":
@@ -109,6 +124,23 @@ class MPIEngine(Engine):
     def dup(self, timeout: float | None = None) -> MPIEngine:
         return MPIEngine(self.comm.Dup(), self.timeout if timeout is None else timeout)
 
+    def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
+        """As Engine.wait_all, but first spins on one MPI Testall: a fraction of the Python cost per request."""
+        pending = [r for r in requests if not r.done]
+        if pending and all(isinstance(r, _MPIRequest) for r in pending):
+            raw = [r._request for r in pending]
+            statuses = [r.status for r in pending]
+            spin_until = time.monotonic() + SPIN_SECONDS
+            try:
+                while time.monotonic() < spin_until:
+                    if self._MPI.Request.Testall(raw, statuses):
+                        for request in pending:
+                            request.complete()
+                        return
+            except self._MPI.Exception:
+                pass  # the per-request tests below find the faulty one and name it
+        super().wait_all(pending, timeout)
+
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         check_contiguous(buf, "isend")
         check_tag(tag)
@@ -134,6 +166,9 @@ class MPIEngine(Engine):
 
     def barrier(self) -> None:
         self._finish(self.comm.Ibarrier(), "barrier")
+
+    def ibarrier(self) -> Request:
+        return _Collective(self.comm.Ibarrier(), "barrier", self.size)
 
     def _finish(self, request, what: str) -> None:
         self._collectives += 1

@@ -27,6 +27,9 @@ class Strategy:
     def after_step(self, worker: Worker) -> None:
         """Act on the parameters (parameter strategies)."""
 
+    def end_epoch(self, worker: Worker, metric: float) -> None:
+        """React to the end of an epoch with this worker's validation metric (e.g. FAST's best-replica restart)."""
+
     def close(self, worker: Worker) -> None:
         """Complete pending communication."""
 

@@ -1,0 +1,309 @@
+"""A background communication thread that keeps the freshest message from each neighbour.
+
+Asynchronous strategies must never block the trainer on the network, and large MPI messages only progress
+inside MPI calls (design.md section 3). So a Mailbox owns a thread that sits in the engine's test calls: it keeps
+a receive posted from every in-neighbour, swaps each completed message into a "ready" slot with its step number,
+and sends the trainer's latest posted payload to every out-neighbour as soon as the previous sends completed.
+
+The trainer only copies its payload in (``post``) and swaps the newest message out (``take``); it waits only
+when a strategy asks it to (``wait_for``: a staleness bound, or a synchronous delivery order), and every such
+wait has a timeout that names the neighbour. Each message is a flat byte buffer: a 16-byte header (step,
+sequence number) then the payload; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engine import Engine, Request
+from .errors import FastError, PeerTimeout
+from .metrics import Metrics
+
+_HEADER = 2  # int64 values: step, sequence number
+_PAYLOAD_TAG, _FINISHED_TAG = 0, 1
+
+
+@dataclass
+class Message:
+    """The newest message of one neighbour as the trainer sees it."""
+
+    payload: np.ndarray  # view of the trainer-owned slot; valid until the next take() of the same peer
+    step: int  # the sender's step when it posted the payload
+    sequence: int  # 1, 2, ... per sender; lets a strategy tell a new message from one it already used
+    fresh: bool  # True when this take() returned a message not seen before
+
+
+class _Inbox:
+    """Buffers of one neighbour: MPI writes ``landing``; the thread queues completed ones in ``ready`` (at most
+    ``depth``, oldest dropped); the trainer holds ``current`` until its next take. Buffers move by reference
+    and are recycled through ``pool``, so the steady state allocates nothing and copies nothing twice."""
+
+    def __init__(self, nbytes: int, depth: int) -> None:
+        self.nbytes = nbytes
+        self.depth = depth
+        self.pool: list[np.ndarray] = []
+        self.landing = self.fresh_buffer()
+        self.ready: deque[np.ndarray] = deque()
+        self.current: list[np.ndarray] = []
+        self.request: Request | None = None
+        self.dropped = 0
+        self.finished_flag = np.zeros(1, dtype=np.int64)
+        self.finished_request: Request | None = None
+        self.finished = False  # the neighbour closed its mailbox: it will send nothing more
+
+    def fresh_buffer(self) -> np.ndarray:
+        return self.pool.pop() if self.pool else np.zeros(self.nbytes, dtype=np.uint8)
+
+    def newest(self) -> np.ndarray | None:
+        if self.ready:
+            return self.ready[-1]
+        return self.current[-1] if self.current else None
+
+    @staticmethod
+    def header(buf: np.ndarray | None) -> tuple[int, int]:
+        if buf is None:
+            return -1, 0
+        step, sequence = buf[: 8 * _HEADER].view(np.int64)
+        return int(step), int(sequence)
+
+
+class Mailbox:
+    """Send the latest payload to out-neighbours, keep the newest payload from each in-neighbour.
+
+    Collective to create (it dups the engine so its messages never mix with the trainer's): every rank must
+    build its mailboxes in the same order. ``gate=True`` sends the next payload only after a message from every
+    in-neighbour has arrived since the last send (FAST's rule: one gradient per neighbour round trip).
+    ``depth`` is how many unread messages per neighbour are kept (1: only the newest matters, as for
+    parameters; more: every message should be used once, as for FAST's gradients, read with ``take_all``).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        sources: Sequence[int],
+        dests: Sequence[int],
+        payload_size: int,
+        dtype: np.dtype | str,
+        *,
+        gate: bool = False,
+        depth: int = 1,
+        metrics: Metrics | None = None,
+        name: str = "mailbox",
+    ) -> None:
+        self.engine = engine.dup()
+        self.rank = engine.rank
+        self.sources = list(sources)
+        self.dests = list(dests)
+        self.dtype = np.dtype(dtype)
+        self.name = name
+        self.gate = gate
+        self._payload_bytes = payload_size * self.dtype.itemsize
+        nbytes = 8 * _HEADER + self._payload_bytes
+        self._staged = np.zeros(nbytes, dtype=np.uint8)
+        self._outgoing = np.zeros(nbytes, dtype=np.uint8)
+        self._staged_sequence = 0
+        self._sent_sequence = 0
+        self._sends: list[Request] = []
+        self._sends_started = 0.0
+        self._inboxes = {peer: _Inbox(nbytes, depth) for peer in self.sources}
+        self._heard_since_send = set(self.sources)  # the first send is never gated
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: BaseException | None = None
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._finish_flag = np.ones(1, dtype=np.int64)
+        self._finish_sends: list[Request] | None = None
+        for peer, inbox in self._inboxes.items():
+            inbox.request = self.engine.irecv(inbox.landing, peer, _PAYLOAD_TAG)
+            inbox.finished_request = self.engine.irecv(inbox.finished_flag, peer, _FINISHED_TAG)
+        self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
+        self._thread.start()
+
+    # trainer side -------------------------------------------------------------------------------------------
+    def post(self, payload: np.ndarray, step: int) -> None:
+        """Stage a copy of ``payload`` as this rank's newest message; the thread sends it when it can."""
+        self._raise_if_failed()
+        flat = np.ascontiguousarray(payload).reshape(-1)
+        if flat.nbytes != self._payload_bytes or flat.dtype != self.dtype:
+            raise ValueError(
+                f"{self.name}: payload of {flat.nbytes} bytes of {flat.dtype}, expected {self._payload_bytes} "
+                f"bytes of {self.dtype}"
+            )
+        with self._cond:
+            self._staged_sequence += 1
+            self._staged[: 8 * _HEADER].view(np.int64)[:] = (step, self._staged_sequence)
+            self._staged[8 * _HEADER :] = flat.view(np.uint8)
+
+    def take(self, peer: int) -> Message | None:
+        """The newest message of ``peer`` (None before its first); older unread ones are skipped. Never blocks."""
+        messages = self._swap_out(peer, newest_only=True)
+        if messages:
+            return messages[-1]
+        inbox = self._inboxes[peer]
+        if not inbox.current:
+            return None
+        step, sequence = inbox.header(inbox.current[-1])
+        return Message(self._payload(inbox.current[-1]), step, sequence, fresh=False)
+
+    def take_all(self, peer: int) -> list[Message]:
+        """Every message of ``peer`` not read before, oldest first (up to ``depth``). Never blocks."""
+        return self._swap_out(peer, newest_only=False)
+
+    def _payload(self, buf: np.ndarray) -> np.ndarray:
+        return buf[8 * _HEADER :].view(self.dtype)
+
+    def _swap_out(self, peer: int, newest_only: bool) -> list[Message]:
+        self._raise_if_failed()
+        inbox = self._inboxes[peer]
+        with self._cond:
+            if not inbox.ready:
+                return []
+            inbox.pool.extend(inbox.current)
+            if newest_only:
+                inbox.pool.extend(list(inbox.ready)[:-1])
+                inbox.current = [inbox.ready[-1]]
+            else:
+                inbox.current = list(inbox.ready)
+            inbox.ready.clear()
+        return [Message(self._payload(b), *inbox.header(b), fresh=True) for b in inbox.current]
+
+    def wait_for(self, peer: int, min_step: int | None = None, after_sequence: int | None = None) -> float:
+        """Block until ``peer``'s newest message has step >= ``min_step`` or sequence > ``after_sequence``, or the
+        peer has finished training (it will send nothing more, so it bounds nobody).
+
+        Returns the seconds waited; raises PeerTimeout naming the peer after the engine's timeout.
+        """
+        inbox = self._inboxes[peer]
+        start = time.monotonic()
+        deadline = start + self.engine.timeout
+
+        def satisfied() -> bool:
+            if inbox.finished:
+                return True
+            step, sequence = inbox.header(inbox.newest())
+            if sequence == 0:
+                return False
+            return (min_step is None or step >= min_step) and (after_sequence is None or sequence > after_sequence)
+
+        with self._cond:
+            while not satisfied():
+                self._raise_if_failed()
+                self.engine.check_alive()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    step, sequence = inbox.header(inbox.newest())
+                    wanted = f"step >= {min_step}" if min_step is not None else f"message #{after_sequence + 1}"
+                    raise PeerTimeout(
+                        f"rank {self.rank} waited {self.engine.timeout:g} s for rank {peer} ({self.name}: wanted "
+                        f"{wanted}, newest has step {step}, message #{sequence}); the neighbour may be stuck, dead "
+                        "or far slower; raise the timeout (FAST_TIMEOUT) or the staleness bound",
+                        ranks=(peer,),
+                    )
+                self._cond.wait(min(left, 0.05))
+        return time.monotonic() - start
+
+    def close(self) -> None:
+        """Stop sending, let every rank's last sends land, then stop the thread (collective)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(self.engine.timeout + 5.0)
+        if self._thread.is_alive():
+            raise PeerTimeout(f"rank {self.rank}: {self.name} did not shut down; a neighbour never closed its own")
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise FastError(f"rank {self.rank}: {self.name} communication thread failed: {self._error}") from (
+                self._error
+            )
+
+    # thread side ----------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        pause = 0.0
+        barrier: Request | None = None
+        while True:
+            progressed = self._receive()
+            progressed |= self._send()
+            if self._closing and not self._sends and barrier is None:
+                if self._finish_sends is None:  # tell the neighbours not to wait for us any more
+                    self._finish_sends = [self.engine.isend(self._finish_flag, p, _FINISHED_TAG) for p in self.dests]
+                if all(r.test() for r in self._finish_sends):
+                    barrier = self.engine.ibarrier()  # once it completes, every rank's sends have landed
+            if barrier is not None and barrier.test():
+                break
+            if progressed:
+                pause = 0.0
+            else:
+                time.sleep(pause)
+                pause = min(5e-4, pause * 2 + 2e-5)
+        for inbox in self._inboxes.values():
+            inbox.request.cancel()
+            inbox.finished_request.cancel()
+
+    def _receive(self) -> bool:
+        progressed = False
+        for peer, inbox in self._inboxes.items():
+            if not inbox.finished and inbox.finished_request.test():
+                with self._cond:
+                    inbox.finished = True
+                    self._heard_since_send.add(peer)
+                    self._cond.notify_all()
+                progressed = True
+            if not inbox.request.test():
+                continue
+            with self._cond:
+                inbox.ready.append(inbox.landing)
+                if len(inbox.ready) > inbox.depth:
+                    inbox.pool.append(inbox.ready.popleft())
+                    inbox.dropped += int(inbox.depth > 1)  # depth 1 keeps only the newest by design
+                inbox.landing = inbox.fresh_buffer()
+                self._heard_since_send.add(peer)
+                self._cond.notify_all()
+            self.metrics.bytes_received += inbox.nbytes
+            self.metrics.messages_received += 1
+            inbox.request = self.engine.irecv(inbox.landing, peer, _PAYLOAD_TAG)
+            progressed = True
+        return progressed
+
+    def _send(self) -> bool:
+        if self._sends:
+            if not all(r.test() for r in self._sends):
+                if time.monotonic() - self._sends_started > self.engine.timeout:
+                    waiting = sorted({r.peer for r in self._sends if not r.done})
+                    raise PeerTimeout(
+                        f"rank {self.rank}: {self.name} could not deliver to rank(s) {waiting} within "
+                        f"{self.engine.timeout:g} s; they stopped receiving (dead, stuck, or closed early)",
+                        ranks=tuple(waiting),
+                    )
+                return False
+            self._sends = []
+        if self._closing or not self.dests:
+            return False
+        with self._cond:
+            if self._staged_sequence == self._sent_sequence:
+                return False
+            if self.gate and len(self._heard_since_send) < len(self.sources):
+                return False
+            self._outgoing, self._staged = self._staged, self._outgoing
+            self._sent_sequence = self._staged_sequence
+            self._heard_since_send = {p for p, inbox in self._inboxes.items() if inbox.finished}
+        self._sends = [self.engine.isend(self._outgoing, peer, _PAYLOAD_TAG) for peer in self.dests]
+        self._sends_started = time.monotonic()
+        self.metrics.bytes_sent += self._outgoing.nbytes * len(self.dests)
+        self.metrics.messages_sent += len(self.dests)
+        return True

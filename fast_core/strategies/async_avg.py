@@ -1,0 +1,84 @@
+"""Asynchronous nearest-neighbour parameter averaging (the torus idea on parameters, as BlueFog's windows do)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..mailbox import Mailbox
+from ..mixing import axpy
+from ..topology import Topology, make_topology
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+
+def static_topology(spec: str | Topology, size: int, weights: str, who: str) -> Topology:
+    """Asynchronous strategies need fixed neighbour sets: a receiver cannot know a moving sender in advance."""
+    graph = make_topology(spec, size, weights=weights)
+    if graph.is_dynamic:
+        raise ConfigError(
+            f"{who} needs a static topology, but {graph!r} changes every step; use ring, torus, exp or a custom "
+            "graph (time-varying graphs work with the synchronous strategies dpsgd and sgp)"
+        )
+    return graph
+
+
+class AsyncAveraging(Strategy):
+    """x_i <- w_ii x_i + sum_j w_ij x_j^(newest), never waiting unless a neighbour is > ``staleness`` steps behind.
+
+    A background thread sends this worker's parameters after every step and keeps the newest parameters of each
+    in-neighbour, whatever step they come from. A neighbour not heard from yet lends its weight to the worker
+    itself. ``staleness=None`` (or inf) never waits; ``staleness=s`` waits (with a timeout naming the neighbour)
+    until every neighbour has reached at least step k - s.
+    """
+
+    name = "async"
+
+    def __init__(self, topology: str | Topology = "torus", staleness: float | None = None, weights: str = "uniform"):
+        if staleness is not None and not (staleness >= 0):
+            raise ConfigError(f"staleness must be >= 0 steps (or None for no bound), got {staleness}")
+        self.topology = topology
+        self.staleness = None if staleness is None or math.isinf(staleness) else int(staleness)
+        self.weights = weights
+
+    def setup(self, worker: Worker) -> None:
+        self._graph = static_topology(self.topology, worker.size, self.weights, "async averaging")
+        rank = worker.rank
+        self._self_weight = self._graph.self_weight(rank)
+        self._in_weights = self._graph.in_weights(rank)
+        self._mailbox = Mailbox(
+            worker.engine,
+            self._graph.in_neighbors(rank),
+            self._graph.out_neighbors(rank),
+            worker.layout.size,
+            worker.layout.dtype,
+            metrics=worker.metrics,
+            name="async-averaging",
+        )
+        self._mailbox.post(worker.model.params(), worker.step)
+
+    def after_step(self, worker: Worker) -> None:
+        mailbox, step = self._mailbox, worker.step
+        if self.staleness is not None:
+            for peer in self._in_weights:
+                worker.metrics.wait_seconds += mailbox.wait_for(peer, min_step=step - self.staleness)
+        params = worker.model.params()
+        heard = []
+        for peer, weight in self._in_weights.items():
+            message = mailbox.take(peer)
+            if message is not None:
+                heard.append((weight, message.payload))
+                worker.metrics.record_staleness(max(0, step - message.step))
+        self_weight = self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)
+        if heard:
+            params *= self_weight
+            for weight, payload in heard:
+                axpy(weight, payload, params)
+            worker.model.set_params(params)
+        mailbox.post(params, step + 1)
+
+    def close(self, worker: Worker) -> None:
+        self._mailbox.close()

@@ -1,0 +1,100 @@
+"""FAST as published (Viviani 2019): gradients, not parameters, travel to the torus neighbours.
+
+After its own step a worker sends its gradient to its neighbours and applies every neighbour gradient it has
+received as one more step of its own (stateful) optimizer, unscaled. Asynchronously the trainer never blocks:
+a background thread sends the newest gradient once one message from every neighbour has arrived since the
+last send, and the trainer applies whatever arrived. ``synchronous=True`` instead exchanges the gradients of
+the same step and applies them in rank order: deterministic, for tests and for comparing with the async run.
+Every ``restart_every`` epochs (``Worker.end_epoch(metric)``) all workers restart from the replica with the best
+validation metric, optionally with fresh optimizer state as the original did.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..mailbox import Mailbox
+from ..topology import Topology
+from .async_avg import static_topology
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+_QUEUE_DEPTH = 4  # unread gradients kept per neighbour; the send gate keeps at most ~2 in flight
+
+
+class FAST(Strategy):
+    """Nearest-neighbour gradient sharing on a torus; each neighbour gradient is one extra optimizer step."""
+
+    name = "fast"
+
+    def __init__(
+        self,
+        topology: str | Topology = "torus",
+        synchronous: bool = False,
+        restart_every: int | None = None,
+        reset_optimizer: bool = False,
+    ) -> None:
+        if restart_every is not None and restart_every < 1:
+            raise ConfigError(f"restart_every must be >= 1 epochs (or None to never restart), got {restart_every}")
+        self.topology = topology
+        self.synchronous = synchronous
+        self.restart_every = restart_every
+        self.reset_optimizer = reset_optimizer
+
+    def setup(self, worker: Worker) -> None:
+        self._graph = static_topology(self.topology, worker.size, "uniform", "FAST")
+        self._sources = self._graph.in_neighbors(worker.rank)
+        self._dests = self._graph.out_neighbors(worker.rank)
+        self._epochs = 0
+        if self.synchronous:
+            self._sent = worker.layout.empty()
+            self._received = {peer: worker.layout.empty() for peer in self._sources}
+            self._requests = []
+        else:
+            self._mailbox = Mailbox(
+                worker.engine,
+                self._sources,
+                self._dests,
+                worker.layout.size,
+                worker.layout.dtype,
+                gate=True,
+                depth=_QUEUE_DEPTH,
+                metrics=worker.metrics,
+                name="fast-gradients",
+            )
+
+    def before_step(self, worker: Worker) -> None:
+        grads = worker.model.grads()
+        if self.synchronous:
+            np.copyto(self._sent, grads)
+            recvs = [self._received[p] for p in self._sources]
+            self._requests = worker.exchange(self._sent, self._dests, recvs, self._sources)
+        else:
+            self._mailbox.post(grads, worker.step)
+
+    def after_step(self, worker: Worker) -> None:
+        if self.synchronous:
+            worker.wait_all(self._requests)
+            for peer in self._sources:
+                worker.model.apply_gradient(self._received[peer])
+            return
+        for peer in self._sources:
+            for message in self._mailbox.take_all(peer):
+                worker.model.apply_gradient(message.payload)
+                worker.metrics.record_staleness(max(0, worker.step - message.step))
+
+    def end_epoch(self, worker: Worker, metric: float) -> None:
+        self._epochs += 1
+        if self.restart_every and self._epochs % self.restart_every == 0:
+            worker.restart_from_best(metric, reset_optimizer=self.reset_optimizer)
+
+    def close(self, worker: Worker) -> None:
+        if self.synchronous:
+            worker.wait_all(self._requests)
+        else:
+            self._mailbox.close()

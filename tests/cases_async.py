@@ -1,0 +1,127 @@
+"""Multi-rank cases of the asynchronous machinery: the Mailbox, async averaging and FAST (collected by cases.py)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from training import CLASSES, FEATURES, batch, task, train
+
+from fast_core import Worker
+from fast_core.engine import Engine
+from fast_core.numpy_model import SGD, AdaGrad, SoftmaxRegression
+from fast_core.strategies.async_avg import AsyncAveraging
+from fast_core.strategies.fast import FAST
+from fast_core.topology import make_topology
+
+
+def _sleepy_train(engine: Engine, strategy, steps: int, pause) -> tuple[SoftmaxRegression, Worker]:
+    """Train with a per-step pause (seconds, or a function of the step) standing in for compute time."""
+    x, y, shards, _ = task(engine.size)
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.2), seed=engine.rank)
+    worker = Worker(model, strategy, engine).start()
+    for step in range(steps):
+        model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+        time.sleep(pause(step) if callable(pause) else pause)
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    return model, worker
+
+
+def case_fast_synchronous_matches_adagrad_reference(engine: Engine) -> None:
+    """FAST: own AdaGrad step, then one AdaGrad step per neighbour gradient (rank order), checked to 1e-10."""
+    steps, lr = 12, 0.05
+    model, _ = train(engine, FAST(synchronous=True), steps, optimizer=AdaGrad(lr))
+    x, y, shards, _ = task(engine.size)
+    graph = make_topology("torus", engine.size)
+    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()  # rank 0's, broadcast by the Worker
+    states = [start.copy() for _ in range(engine.size)]
+    optimizers = [AdaGrad(lr) for _ in range(engine.size)]
+    probe = SoftmaxRegression(FEATURES, CLASSES)
+    for step in range(steps):
+        grads = []
+        for r in range(engine.size):
+            probe.set_params(states[r])
+            probe.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(probe.grads().copy())
+        for r in range(engine.size):
+            optimizers[r].step(states[r], grads[r])
+            for peer in graph.in_neighbors(r):
+                optimizers[r].step(states[r], grads[peer])
+    np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
+
+
+def case_restart_from_best_replica(engine: Engine) -> None:
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=AdaGrad(0.1), seed=engine.rank)
+    worker = Worker(model, FAST(synchronous=True, restart_every=2, reset_optimizer=True), engine).start()
+    x, y, shards, _ = task(engine.size)
+    for epoch in range(2):
+        for step in range(3):
+            model.compute_gradients(*batch(x, y, shards[engine.rank], 3 * epoch + step))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        before = model.params().copy()
+        best = (engine.size - 1) // 2  # a middle rank wins, and ties go to the lowest rank
+        worker.end_epoch(metric=1.0 if engine.rank >= best else 0.0)
+    worker.close()
+    expected = before.copy()
+    engine.broadcast(expected, root=best)
+    np.testing.assert_array_equal(model.params(), expected)
+    assert model.optimizer.sum_sq is None, "reset_optimizer=True must clear AdaGrad's state"
+
+
+def case_async_strategies_finish_on_every_topology(engine: Engine) -> None:
+    """No deadlock, whatever the graph, the relative speeds, or the step at which each rank stops."""
+    jitter = np.random.default_rng(engine.rank)
+    for topology in ("ring", "torus", "exp"):
+        for strategy in (AsyncAveraging(topology), AsyncAveraging(topology, staleness=1), FAST(topology)):
+            steps = 12 + 3 * engine.rank  # ranks stop at different steps
+            _, worker = _sleepy_train(engine, strategy, steps, lambda _: jitter.uniform(0, 0.004))
+            assert worker.metrics.steps == steps
+            if engine.size > 1:
+                assert worker.metrics.messages_received > 0 and worker.metrics.bytes_sent > 0, worker.metrics
+
+
+def case_staleness_bound_is_respected(engine: Engine) -> None:
+    slow = 0
+    pause = 0.01 if engine.rank == slow else 0.0
+    for bound in (0, 2):
+        _, worker = _sleepy_train(engine, AsyncAveraging("ring", staleness=bound), 25, pause)
+        assert worker.metrics.staleness_max <= bound, (bound, worker.metrics)
+
+
+def case_straggler_does_not_slow_async_workers(engine: Engine) -> None:
+    """In a fixed time, a 5x slower rank does not hold the others back (counted in steps done)."""
+    if engine.size < 2:
+        return
+    straggler, step_time, window = engine.size - 1, 0.004, 1.0
+    for strategy in (AsyncAveraging("ring"), FAST("ring")):
+        x, y, shards, _ = task(engine.size)
+        model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.1), seed=0)
+        worker = Worker(model, strategy, engine).start()
+        engine.barrier()
+        stop = time.perf_counter() + window
+        while time.perf_counter() < stop:
+            model.compute_gradients(*batch(x, y, shards[engine.rank], worker.step))
+            time.sleep(step_time * (5 if engine.rank == straggler else 1))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()
+        counts = np.zeros(engine.size)
+        counts[engine.rank] = worker.step
+        engine.allreduce(counts)
+        fast_ranks = np.delete(counts, straggler)
+        assert fast_ranks.min() >= 2.5 * counts[straggler], (type(strategy).__name__, counts)
+
+
+def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
+    _, _, _, (x_test, y_test) = task(engine.size)
+    accuracy = {}
+    for name, strategy in (("allreduce", "allreduce"), ("async", AsyncAveraging("torus")), ("fast", FAST("torus"))):
+        model, worker = train(engine, strategy, steps=150)
+        accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
+    assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
