@@ -1,9 +1,8 @@
 """A background communication thread that keeps the freshest message from each neighbour.
 
-Asynchronous strategies must never block the trainer on the network, and large MPI messages only progress
-inside MPI calls (design.md section 3). So a Mailbox owns a thread that sits in the engine's test calls: it keeps
-a receive posted from every in-neighbour, swaps each completed message into a "ready" slot with its step number,
-and sends the trainer's latest posted payload to every out-neighbour as soon as the previous sends completed.
+Asynchronous strategies must never block the trainer on the network. A Mailbox's thread (a CommThread) keeps
+a receive posted from every in-neighbour, queues each completed message with its step number, and sends the
+trainer's latest posted payload to every out-neighbour as soon as the previous sends completed.
 
 The trainer only copies its payload in (``post``) and swaps the newest message out (``take``); it waits only
 when a strategy asks it to (``wait_for``: a staleness bound, or a synchronous delivery order), and every such
@@ -13,7 +12,6 @@ sequence number) then the payload; nothing is pickled.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -21,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .comm_thread import CommThread
 from .engine import Engine, Request
-from .errors import FastError, PeerTimeout
+from .errors import PeerTimeout
 from .metrics import Metrics
 
 _HEADER = 2  # int64 values: step, sequence number
@@ -73,7 +72,7 @@ class _Inbox:
         return int(step), int(sequence)
 
 
-class Mailbox:
+class Mailbox(CommThread):
     """Send the latest payload to out-neighbours, keep the newest payload from each in-neighbour.
 
     Collective to create (it dups the engine so its messages never mix with the trainer's): every rank must
@@ -96,12 +95,10 @@ class Mailbox:
         metrics: Metrics | None = None,
         name: str = "mailbox",
     ) -> None:
-        self.engine = engine.dup()
-        self.rank = engine.rank
+        super().__init__(engine, name, metrics)
         self.sources = list(sources)
         self.dests = list(dests)
         self.dtype = np.dtype(dtype)
-        self.name = name
         self.gate = gate
         self._payload_bytes = payload_size * self.dtype.itemsize
         nbytes = 8 * _HEADER + self._payload_bytes
@@ -113,17 +110,12 @@ class Mailbox:
         self._sends_started = 0.0
         self._inboxes = {peer: _Inbox(nbytes, depth) for peer in self.sources}
         self._heard_since_send = set(self.sources)  # the first send is never gated
-        self._cond = threading.Condition()
-        self._closing = False
-        self._error: BaseException | None = None
-        self.metrics = metrics if metrics is not None else Metrics()
         self._finish_flag = np.ones(1, dtype=np.int64)
         self._finish_sends: list[Request] | None = None
         for peer, inbox in self._inboxes.items():
             inbox.request = self.engine.irecv(inbox.landing, peer, _PAYLOAD_TAG)
             inbox.finished_request = self.engine.irecv(inbox.finished_flag, peer, _FINISHED_TAG)
-        self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
-        self._thread.start()
+        self._start()
 
     # trainer side -------------------------------------------------------------------------------------------
     def post(self, payload: np.ndarray, step: int) -> None:
@@ -208,49 +200,18 @@ class Mailbox:
                 self._cond.wait(min(left, 0.05))
         return time.monotonic() - start
 
-    def close(self) -> None:
-        """Stop sending, let every rank's last sends land, then stop the thread (collective)."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join(self.engine.timeout + 5.0)
-        if self._thread.is_alive():
-            raise PeerTimeout(f"rank {self.rank}: {self.name} did not shut down; a neighbour never closed its own")
-        self._raise_if_failed()
-
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise FastError(f"rank {self.rank}: {self.name} communication thread failed: {self._error}") from (
-                self._error
-            )
-
     # thread side ----------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
-            with self._cond:
-                self._error = exc
-                self._cond.notify_all()
+    def _progress(self) -> bool:
+        return self._receive() | self._send()
 
-    def _loop(self) -> None:
-        pause = 0.0
-        barrier: Request | None = None
-        while True:
-            progressed = self._receive()
-            progressed |= self._send()
-            if self._closing and not self._sends and barrier is None:
-                if self._finish_sends is None:  # tell the neighbours not to wait for us any more
-                    self._finish_sends = [self.engine.isend(self._finish_flag, p, _FINISHED_TAG) for p in self.dests]
-                if all(r.test() for r in self._finish_sends):
-                    barrier = self.engine.ibarrier()  # once it completes, every rank's sends have landed
-            if barrier is not None and barrier.test():
-                break
-            if progressed:
-                pause = 0.0
-            else:
-                time.sleep(pause)
-                pause = min(5e-4, pause * 2 + 2e-5)
+    def _ready_to_close(self) -> bool:
+        if self._sends:
+            return False
+        if self._finish_sends is None:  # tell the neighbours not to wait for us any more
+            self._finish_sends = [self.engine.isend(self._finish_flag, p, _FINISHED_TAG) for p in self.dests]
+        return all(r.test() for r in self._finish_sends)
+
+    def _shutdown(self) -> None:
         for inbox in self._inboxes.values():
             inbox.request.cancel()
             inbox.finished_request.cancel()
@@ -282,14 +243,7 @@ class Mailbox:
 
     def _send(self) -> bool:
         if self._sends:
-            if not all(r.test() for r in self._sends):
-                if time.monotonic() - self._sends_started > self.engine.timeout:
-                    waiting = sorted({r.peer for r in self._sends if not r.done})
-                    raise PeerTimeout(
-                        f"rank {self.rank}: {self.name} could not deliver to rank(s) {waiting} within "
-                        f"{self.engine.timeout:g} s; they stopped receiving (dead, stuck, or closed early)",
-                        ranks=tuple(waiting),
-                    )
+            if not self._check_delivery(self._sends, self._sends_started):
                 return False
             self._sends = []
         if self._closing or not self.dests:

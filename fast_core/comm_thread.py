@@ -1,0 +1,107 @@
+"""The background thread every asynchronous strategy communicates through.
+
+Large MPI messages only progress inside MPI calls (design.md section 3), so a thread that polls the engine keeps
+transfers moving while the trainer computes. It works on its own duplicate of the engine, so its messages never
+mix with the trainer's. Closing is collective and cannot strand a peer: a closing rank stops starting new
+work, finishes what it started, enters a nonblocking barrier, and keeps serving peers until every rank is there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from .engine import Engine, Request
+from .errors import FastError, PeerTimeout
+from .metrics import Metrics
+
+_MAX_PAUSE = 5e-4
+"""Longest sleep of an idle thread between polls (seconds): short enough for latency, long enough to idle."""
+
+
+class CommThread:
+    """Base class: runs ``_progress`` in a loop until a collective ``close``; subclasses do the messaging."""
+
+    def __init__(self, engine: Engine, name: str, metrics: Metrics | None = None) -> None:
+        self.engine = engine.dup()
+        self.rank = engine.rank
+        self.name = name
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
+
+    def _start(self) -> None:
+        self._thread.start()
+
+    # to be provided by subclasses ---------------------------------------------------------------------------------
+    def _progress(self) -> bool:
+        """Test and advance this thread's requests; True if anything happened."""
+        raise NotImplementedError
+
+    def _ready_to_close(self) -> bool:
+        """True once this rank, closing, has nothing of its own in flight (called only while closing)."""
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        """Cancel the receives still posted, after every rank has closed."""
+        raise NotImplementedError
+
+    # shared machinery -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop starting work, let every rank's last messages land, then stop the thread (collective)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(self.engine.timeout + 5.0)
+        if self._thread.is_alive():
+            raise PeerTimeout(
+                f"rank {self.rank}: {self.name} did not shut down within {self.engine.timeout:g} s; "
+                "some rank never closed its own (every rank must call close)"
+            )
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise FastError(f"rank {self.rank}: {self.name} communication thread failed: {self._error}") from (
+                self._error
+            )
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    def _loop(self) -> None:
+        pause = 0.0
+        barrier: Request | None = None
+        while True:
+            progressed = self._progress()
+            if self._closing and barrier is None and self._ready_to_close():
+                barrier = self.engine.ibarrier()  # once it completes, every rank's messages have landed
+            if barrier is not None and barrier.test():
+                break
+            if progressed:
+                pause = 0.0
+            else:
+                time.sleep(pause)
+                pause = min(_MAX_PAUSE, pause * 2 + 2e-5)
+        self._shutdown()
+
+    def _check_delivery(self, sends: Sequence[Request], started: float) -> bool:
+        """True when all ``sends`` completed; PeerTimeout naming the receivers once they took too long."""
+        if all(r.test() for r in sends):
+            return True
+        if time.monotonic() - started > self.engine.timeout:
+            waiting = sorted({r.peer for r in sends if not r.done})
+            raise PeerTimeout(
+                f"rank {self.rank}: {self.name} could not deliver to rank(s) {waiting} within "
+                f"{self.engine.timeout:g} s; they stopped receiving (dead, stuck, or closed early)",
+                ranks=tuple(waiting),
+            )
+        return False
