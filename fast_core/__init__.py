@@ -9,7 +9,21 @@ from .contract import ModelAdapter
 from .engine import Engine, LocalCluster, LocalEngine, launched_under_mpi, mpi_engine
 from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerTimeout
 from .flat import FlatLayout
-from .strategies import DPSGD, AllReduce, Strategy, make_strategy
+from .strategies import (
+    ADPSGD,
+    DPSGD,
+    EASGD,
+    FAST,
+    SGP,
+    AllReduce,
+    AsyncAveraging,
+    Every,
+    LocalSGD,
+    Schedule,
+    Strategy,
+    make_strategy,
+    warmup,
+)
 from .topology import Topology, TopologyError, make_topology
 from .worker import Worker
 
@@ -34,8 +48,16 @@ def init(timeout: float | None = None) -> Engine:
 
 
 __all__ = [
+    "ADPSGD",
     "DPSGD",
+    "EASGD",
+    "FAST",
+    "SGP",
     "AllReduce",
+    "AsyncAveraging",
+    "Every",
+    "LocalSGD",
+    "Schedule",
     "ConfigError",
     "Engine",
     "FastError",
@@ -55,4 +77,5 @@ __all__ = [
     "make_strategy",
     "make_topology",
     "mpi_engine",
+    "warmup",
 ]

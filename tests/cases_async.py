@@ -10,7 +10,9 @@ from training import CLASSES, FEATURES, batch, task, train
 from fast_core import Worker
 from fast_core.engine import Engine
 from fast_core.numpy_model import SGD, AdaGrad, SoftmaxRegression
+from fast_core.strategies.adpsgd import ADPSGD
 from fast_core.strategies.async_avg import AsyncAveraging
+from fast_core.strategies.easgd import EASGD
 from fast_core.strategies.fast import FAST
 from fast_core.topology import make_topology
 
@@ -77,7 +79,9 @@ def case_async_strategies_finish_on_every_topology(engine: Engine) -> None:
     """No deadlock, whatever the graph, the relative speeds, or the step at which each rank stops."""
     jitter = np.random.default_rng(engine.rank)
     for topology in ("ring", "torus", "exp"):
-        for strategy in (AsyncAveraging(topology), AsyncAveraging(topology, staleness=1), FAST(topology)):
+        strategies = [AsyncAveraging(topology), AsyncAveraging(topology, staleness=1), FAST(topology)]
+        strategies += [ADPSGD(topology)] if topology != "exp" else [EASGD(tau=2, synchronous=False)]
+        for strategy in strategies:
             steps = 12 + 3 * engine.rank  # ranks stop at different steps
             _, worker = _sleepy_train(engine, strategy, steps, lambda _: jitter.uniform(0, 0.004))
             assert worker.metrics.steps == steps
@@ -98,7 +102,7 @@ def case_straggler_does_not_slow_async_workers(engine: Engine) -> None:
     if engine.size < 2:
         return
     straggler, step_time, window = engine.size - 1, 0.004, 1.0
-    for strategy in (AsyncAveraging("ring"), FAST("ring")):
+    for strategy in (AsyncAveraging("ring"), FAST("ring"), ADPSGD("ring"), EASGD(tau=2, synchronous=False)):
         x, y, shards, _ = task(engine.size)
         model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.1), seed=0)
         worker = Worker(model, strategy, engine).start()

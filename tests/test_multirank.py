@@ -9,7 +9,7 @@ from mpirun import TESTS, run_mpi
 from fast_core import LocalCluster
 
 
-@pytest.mark.parametrize("size", [1, 4])
+@pytest.mark.parametrize("size", [1, 2, 4])
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_on_local_cluster(name: str, size: int) -> None:
     LocalCluster(size, timeout=30).run(CASES[name])

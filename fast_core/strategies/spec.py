@@ -1,6 +1,8 @@
-"""Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis".
+"""Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis", "localsgd:period=8".
 
-The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology.
+The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology. Two keys
+compose any strategy instead of being options of each: ``every=k`` wraps it in ``Every(k, ...)`` and ``warmup=W``
+runs all-reduce for W steps first (``Schedule``), e.g. "dpsgd:exp1,every=4,warmup=50" (warm-up outermost).
 """
 
 from __future__ import annotations
@@ -10,14 +12,30 @@ import inspect
 from collections.abc import Callable
 
 from ..errors import ConfigError
+from .adpsgd import ADPSGD
 from .allreduce import AllReduce
+from .async_avg import AsyncAveraging
 from .base import Strategy
+from .compose import Every, warmup
 from .dpsgd import DPSGD
+from .easgd import EASGD
+from .fast import FAST
+from .local_sgd import LocalSGD
+from .sgp import SGP
 
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "allreduce": AllReduce,
+    "localsgd": LocalSGD,
     "dpsgd": DPSGD,
+    "fast": FAST,
+    "async": AsyncAveraging,
+    "adpsgd": ADPSGD,
+    "easgd": EASGD,
+    "sgp": SGP,
 }
+
+COMPOSITION_KEYS = ("every", "warmup")
+"""Keys every strategy string accepts; a strategy's own option of the same name takes precedence."""
 
 
 def _value(text: str) -> object:
@@ -49,11 +67,18 @@ def parse_strategy(spec: str) -> tuple[str, dict[str, object]]:
 
 
 def make_strategy(spec: str | Strategy, **overrides: object) -> Strategy:
-    """A Strategy from a string (or a Strategy, returned as is); clear errors for unknown names and options."""
+    """A Strategy from a string (or a Strategy, returned as is); clear errors for unknown names and options.
+
+    ``every`` and ``warmup`` (in the string or as overrides, also with a Strategy object) wrap the result.
+    """
     if isinstance(spec, Strategy):
-        if overrides:
-            raise ConfigError("options can only be given with a strategy name, not with a Strategy object")
-        return spec
+        rest = [k for k in overrides if k not in COMPOSITION_KEYS]
+        if rest:
+            raise ConfigError(
+                f"option {rest[0]!r} can only be given with a strategy name, not with a Strategy object "
+                f"(which accepts only {', '.join(COMPOSITION_KEYS)})"
+            )
+        return _compose(spec, overrides)
     name, options = parse_strategy(spec)
     options.update(overrides)
     if name not in STRATEGIES:
@@ -62,8 +87,24 @@ def make_strategy(spec: str | Strategy, **overrides: object) -> Strategy:
         raise ConfigError(f"unknown strategy '{name}'{hint}; choose one of: {', '.join(sorted(STRATEGIES))}")
     factory = STRATEGIES[name]
     accepted = [p for p in inspect.signature(factory).parameters if p != "self"]
+    composition = {k: options.pop(k) for k in COMPOSITION_KEYS if k in options and k not in accepted}
     unknown = [k for k in options if k not in accepted]
     if unknown:
-        takes = ", ".join(accepted) if accepted else "no options"
-        raise ConfigError(f"strategy '{name}' has no option {unknown[0]!r}; it takes: {takes}")
-    return factory(**options)
+        valid = accepted + [k for k in COMPOSITION_KEYS if k not in accepted]
+        takes = ", ".join(valid)
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = " (a bare item sets the topology)" if unknown[0] == "topology" else hint
+        raise ConfigError(f"strategy '{name}' has no option {unknown[0]!r}{hint}; it takes: {takes}")
+    return _compose(factory(**options), composition)
+
+
+def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
+    """Wrap in Every, then in the warm-up Schedule, so warm-up all-reduce runs on every step."""
+    every = composition.get("every")
+    if every is not None:
+        strategy = Every(every, strategy)  # Every and warmup check the values themselves
+    steps = composition.get("warmup")
+    if steps is not None:
+        strategy = warmup(steps, strategy)
+    return strategy

@@ -1,0 +1,165 @@
+"""Request/reply between ranks without involving the replier's trainer: AD-PSGD's pairs, EASGD's centre.
+
+A RequestService's thread keeps a receive posted from every rank that may ask; when a request lands it calls
+the strategy's handler (under the service lock) to fill the reply and sends it back. The same thread carries
+this rank's own outstanding request, if any, so large messages progress while the trainer computes. No rank
+ever waits on another rank's trainer, so no cycle of waits (and no deadlock) can form on any topology.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .comm_thread import CommThread
+from .engine import Engine, Request
+from .errors import PeerTimeout
+from .metrics import Metrics
+
+_REQUEST_TAG, _REPLY_TAG = 0, 1
+
+Handler = Callable[[int, np.ndarray, np.ndarray], None]
+"""handler(peer, request_payload, reply_out): fill ``reply_out``; runs on the service thread, under ``lock``."""
+
+
+class RequestService(CommThread):
+    """Answer requests of ``askers`` with ``handler``; send at most one request of our own at a time."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        askers: Sequence[int],
+        size: int,
+        dtype: np.dtype | str,
+        handler: Handler | None,
+        *,
+        metrics: Metrics | None = None,
+        name: str = "service",
+    ) -> None:
+        super().__init__(engine, name, metrics)
+        self.dtype = np.dtype(dtype)
+        self.size = size
+        self.lock = threading.Lock()
+        """Held while the handler runs: take it to change state the handler reads."""
+        self._handler = handler
+        self._incoming = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
+        self._replies = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
+        self._receives = {peer: self.engine.irecv(self._incoming[peer], peer, _REQUEST_TAG) for peer in askers}
+        self._reply_sends: dict[int, tuple[Request, float]] = {}
+        self._own_request = np.empty(size, dtype=self.dtype)
+        self._own_reply = np.empty(size, dtype=self.dtype)
+        self._own_peer: int | None = None
+        self._own_staged = False
+        self._own_requests: list[Request] = []
+        self._own_started = 0.0
+        self._own_done = False
+        self._start()
+
+    # trainer side -------------------------------------------------------------------------------------------
+    def ask(self, peer: int, payload: np.ndarray) -> None:
+        """Send ``payload`` to ``peer`` as a request; collect the reply with ``reply``. One at a time."""
+        self._raise_if_failed()
+        with self._cond:
+            if self._own_peer is not None:
+                raise RuntimeError(f"{self.name}: a request to rank {self._own_peer} is still unanswered")
+            np.copyto(self._own_request, payload.reshape(-1))
+            self._own_peer = peer
+            self._own_staged = True
+            self._own_done = False
+            self._cond.notify_all()
+
+    @property
+    def request_payload(self) -> np.ndarray:
+        """The copy of our last request's payload (unchanged until the next ask)."""
+        return self._own_request
+
+    @property
+    def pending(self) -> int | None:
+        """The rank our unanswered request went to, or None."""
+        return self._own_peer
+
+    def reply(self, wait: bool = True) -> np.ndarray | None:
+        """The reply to our request (a buffer valid until the next ask); None if not there yet and not waiting.
+
+        A wait raises PeerTimeout naming the peer after the engine's timeout.
+        """
+        peer = self._own_peer
+        if peer is None:
+            raise RuntimeError(f"{self.name}: reply() without an outstanding ask()")
+        deadline = time.monotonic() + self.engine.timeout
+        with self._cond:
+            while not self._own_done:
+                self._raise_if_failed()
+                self.engine.check_alive()
+                if not wait:
+                    return None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerTimeout(
+                        f"rank {self.rank} waited {self.engine.timeout:g} s for rank {peer} to answer its "
+                        f"{self.name} request; that rank's communication thread is stuck or dead",
+                        ranks=(peer,),
+                    )
+                self._cond.wait(min(left, 0.05))
+            self._own_peer = None
+        return self._own_reply
+
+    # thread side ----------------------------------------------------------------------------------------------
+    def _progress(self) -> bool:
+        progressed = self._serve()
+        progressed |= self._carry_own_request()
+        for peer, (send, started) in list(self._reply_sends.items()):
+            if self._check_delivery([send], started):
+                del self._reply_sends[peer]
+                progressed = True
+        return progressed
+
+    def _serve(self) -> bool:
+        progressed = False
+        for peer, receive in self._receives.items():
+            if peer in self._reply_sends or not receive.test():
+                continue  # a peer sends its next request only after our reply, so one reply buffer suffices
+            with self.lock:
+                self._handler(peer, self._incoming[peer], self._replies[peer])
+            self._reply_sends[peer] = (self.engine.isend(self._replies[peer], peer, _REPLY_TAG), time.monotonic())
+            self._receives[peer] = self.engine.irecv(self._incoming[peer], peer, _REQUEST_TAG)
+            self.metrics.messages_received += 1
+            self.metrics.messages_sent += 1
+            self.metrics.bytes_received += self._incoming[peer].nbytes
+            self.metrics.bytes_sent += self._replies[peer].nbytes
+            progressed = True
+        return progressed
+
+    def _carry_own_request(self) -> bool:
+        with self._cond:
+            staged, peer = self._own_staged, self._own_peer
+            self._own_staged = False
+        if staged:
+            self._own_requests = [
+                self.engine.irecv(self._own_reply, peer, _REPLY_TAG),
+                self.engine.isend(self._own_request, peer, _REQUEST_TAG),
+            ]
+            self._own_started = time.monotonic()
+            self.metrics.messages_sent += 1
+            self.metrics.bytes_sent += self._own_request.nbytes
+            return True
+        if self._own_requests and self._check_delivery(self._own_requests, self._own_started):
+            self._own_requests = []
+            self.metrics.messages_received += 1
+            self.metrics.bytes_received += self._own_reply.nbytes
+            with self._cond:
+                self._own_done = True
+                self._cond.notify_all()
+            return True
+        return False
+
+    def _ready_to_close(self) -> bool:
+        # our own request must be answered and our replies delivered before we may stop serving
+        return not self._own_requests and not self._own_staged and not self._reply_sends
+
+    def _shutdown(self) -> None:
+        for receive in self._receives.values():
+            receive.cancel()

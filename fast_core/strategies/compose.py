@@ -1,0 +1,159 @@
+"""Composition instead of flags: run a strategy only every k steps, or one strategy after another.
+
+``Every(4, "dpsgd:ring")`` and ``Schedule([(100, "allreduce"), (None, "dpsgd:ring")])`` wrap any strategy, in
+the spirit of optax's ``chain``: the pieces stay small and each algorithm is still written once.
+
+Time index. Wrapped strategies see the real Worker, so ``worker.step`` is always the global step, the same on
+every rank; the wrappers only choose which steps reach the inner hooks. Strategies that count their own rounds
+keep doing so: D-PSGD indexes its topology by exchange round, starting at the step it was set up at, so under
+``Every(k, ...)`` round r (not step r) uses W(r) and a one-peer exponential graph still cycles through all its
+peers; after a ``Schedule`` switch at step s its rounds are steps s, s+1, ... exactly as if it had run from 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from .base import Strategy
+from .local_sgd import check_steps
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+
+def _build(strategy: Strategy | str) -> Strategy:
+    from .spec import make_strategy  # spec builds wrappers from strings, so it imports this module first
+
+    return make_strategy(strategy)
+
+
+class Every(Strategy):
+    """Run ``inner``'s step hooks only on steps k with (k + 1) % every == 0; setup, end_epoch and close always.
+
+    With D-PSGD this is gossip every k steps that still overlaps communication: the exchange posted after a
+    mixing step completes during the k local steps that follow, and the next mixing step computes
+    x <- sum_j w_ij x_j^sent + (x_now - x_sent), keeping every optimizer update made in between.
+    """
+
+    name = "every"
+
+    def __init__(self, k: int, inner: Strategy | str) -> None:
+        self.k = check_steps(k, "every", "dpsgd:ring,every=4 mixes on every 4th step")
+        self.inner = _build(inner)
+
+    def _due(self, worker: Worker) -> bool:
+        return (worker.step + 1) % self.k == 0
+
+    def setup(self, worker: Worker) -> None:
+        self.inner.setup(worker)
+
+    def before_step(self, worker: Worker) -> None:
+        if self._due(worker):
+            self.inner.before_step(worker)
+
+    def after_step(self, worker: Worker) -> None:
+        if self._due(worker):
+            self.inner.after_step(worker)
+
+    def end_epoch(self, worker: Worker, metric: float) -> None:
+        self.inner.end_epoch(worker, metric)
+
+    def close(self, worker: Worker) -> None:
+        self.inner.close(worker)
+
+
+Phase = tuple[int | None, Strategy | str]
+
+
+class Schedule(Strategy):
+    """One strategy for its number of steps, then the next; ``None`` steps (last phase only) runs to the end.
+
+    Steps are counted from the step the schedule was set up at (0 in a plain run), so schedules nest. Every
+    rank switches at the same step: at the first hook of the switch step (before_step, or after_step when an
+    adapter only calls that), the old strategy's ``close`` completes its pending communication and the new
+    one's ``setup`` runs with ``worker.step`` equal to the switch step and the parameters that step started
+    from.
+    """
+
+    name = "schedule"
+
+    def __init__(self, phases: Sequence[Phase]) -> None:
+        example = "Schedule([(100, 'allreduce'), (None, 'dpsgd:ring')])"
+        phases = list(phases)
+        if not phases:
+            raise ConfigError(f"Schedule needs at least one phase, e.g. {example}")
+        checked: list[tuple[int | None, Strategy]] = []
+        for index, phase in enumerate(phases):
+            if not isinstance(phase, tuple) or len(phase) != 2:
+                raise ConfigError(
+                    f"Schedule phase {index} must be a (steps, strategy) pair, got {phase!r}; e.g. {example}"
+                )
+            steps, strategy = phase
+            last = index == len(phases) - 1
+            if last and steps is not None:
+                raise ConfigError(
+                    f"the last Schedule phase runs until training ends: give it None steps, e.g. {example}"
+                )
+            if not last:
+                if steps is None:
+                    raise ConfigError(
+                        f"only the last Schedule phase may have None steps (phase {index} has); e.g. {example}"
+                    )
+                steps = check_steps(steps, f"Schedule phase {index}'s steps", example)
+            checked.append((steps, _build(strategy)))
+        self.phases = checked
+
+    def _phase_at(self, step: int) -> int:
+        """Index of the phase that owns ``step`` (counted from the schedule's start)."""
+        end = 0
+        for index, (steps, _) in enumerate(self.phases):
+            if steps is None:
+                return index
+            end += steps
+            if step < end:
+                return index
+        raise AssertionError("unreachable: the last phase has None steps")
+
+    def setup(self, worker: Worker) -> None:
+        self._origin = worker.step
+        self._index = 0
+        self.active.setup(worker)
+
+    @property
+    def active(self) -> Strategy:
+        """The strategy that owns the current step."""
+        return self.phases[self._index][1]
+
+    def _advance(self, worker: Worker) -> None:
+        index = self._phase_at(worker.step - self._origin)
+        if index != self._index:
+            self.active.close(worker)
+            self._index = index
+            self.active.setup(worker)
+
+    def before_step(self, worker: Worker) -> None:
+        self._advance(worker)
+        self.active.before_step(worker)
+
+    def after_step(self, worker: Worker) -> None:
+        self._advance(worker)
+        self.active.after_step(worker)
+
+    def end_epoch(self, worker: Worker, metric: float) -> None:
+        self.active.end_epoch(worker, metric)
+
+    def close(self, worker: Worker) -> None:
+        self.active.close(worker)
+
+
+def warmup(steps: int, then: Strategy | str) -> Strategy:
+    """All-reduce SGD for ``steps`` steps (workers stay identical while the loss falls fastest), then ``then``.
+
+    ``steps=0`` returns ``then`` itself, so a sweep over warm-up lengths needs no special case.
+    """
+    steps = check_steps(steps, "warmup", "dpsgd:exp1,warmup=50 runs all-reduce for 50 steps first", minimum=0)
+    if steps == 0:
+        return _build(then)
+    return Schedule([(steps, "allreduce"), (None, then)])

@@ -1,0 +1,44 @@
+"""Local SGD (periodic averaging): workers train alone and meet for one all-reduce of parameters every H steps."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+
+def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int:
+    """A whole number of steps >= ``minimum``; a ConfigError that shows a valid spelling otherwise.
+
+    Strings give floats and booleans for typos like ``period=2.5`` or ``every=true``: refuse them here rather
+    than train on a silently rounded schedule.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{what} must be a whole number of steps >= {minimum}, got {value!r}; e.g. {example}")
+    return value
+
+
+class LocalSGD(Strategy):
+    """``period`` local steps, then x_i <- (1/N) sum_j x_j, so communication drops ``period``-fold.
+
+    Averaging happens after the optimizer step of every step k with (k + 1) % period == 0, k being the worker's
+    global step; right after it every worker holds the same parameters. ``period=1`` is parameter averaging
+    every step (equal to all-reduce SGD for plain SGD).
+    """
+
+    name = "localsgd"
+
+    def __init__(self, period: int = 4) -> None:
+        self.period = check_steps(period, "LocalSGD period", "localsgd:period=8 averages every 8 steps")
+
+    def after_step(self, worker: Worker) -> None:
+        if (worker.step + 1) % self.period:
+            return
+        params = worker.model.params()
+        worker.allreduce(params)  # through the worker so the metrics count the traffic
+        params *= 1.0 / worker.size
+        worker.model.set_params(params)

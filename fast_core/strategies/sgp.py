@@ -1,0 +1,106 @@
+"""Stochastic Gradient Push (Assran et al. 2019): push-sum gossip, exact on directed and time-varying graphs.
+
+Row-stochastic averaging over a directed graph converges to a weighted mean that favours well-connected ranks.
+Push-sum instead has every rank hand out all of its mass (column-stochastic P) together with a weight that
+tracks how much mass it holds; the ratio z_i = x_i / w_i then converges to the true average.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import networkx as nx
+import numpy as np
+
+from ..errors import ConfigError
+from ..mixing import axpy
+from ..topology import Topology, make_topology
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+TAG = 41
+"""Message tag of SGP's pushes, apart from other strategies' traffic on the same engine."""
+
+
+@dataclass(frozen=True)
+class _Round:
+    """What one rank does in one phase of the topology: whom it pushes to, whom it hears from, its share."""
+
+    dests: tuple[int, ...]
+    sources: tuple[int, ...]
+    recvs: tuple[np.ndarray, ...]
+    share: float  # 1 / (out_degree + 1): the fraction of mass kept and the fraction sent to each out-neighbour
+
+
+class SGP(Strategy):
+    """Push-sum SGD: x_i <- p_i (x_i + delta_i) + sum_j p_j (x_j + delta_j), w_i <- p_i w_i + sum_j p_j w_j.
+
+    The model holds the de-biased z_i = x_i / w_i: gradients are taken there and users read it. The optimizer
+    step turns z_i into z_i + delta_i (delta_i = -eta g_i for SGD), and SGP applies the same delta_i, unscaled, to
+    the numerator x_i before pushing, as the paper does. Each rank splits its mass equally among itself and its
+    out-neighbours at that step (p_i = 1 / (out_degree_i + 1)), so only the graph's edges matter, not its weights.
+    The numerator and the weight travel as one message of layout.size + 1 values (weight last).
+
+    The push is synchronous: the message holds the parameters after the optimizer step, so it cannot overlap
+    the gradient computation of the same step.
+    """
+
+    name = "sgp"
+
+    def __init__(self, topology: str | Topology | nx.Graph = "exp1") -> None:
+        if isinstance(topology, str):
+            make_topology(topology, 1)  # an unknown name fails here, with a suggestion, not at the first step
+        elif not isinstance(topology, Topology | nx.Graph):
+            raise ConfigError(
+                "SGP topology must be a topology name like 'exp1', a Topology or a networkx graph, "
+                f"got {type(topology).__name__}"
+            )
+        self.topology = topology
+
+    # state ----------------------------------------------------------------------------------------------------
+    @property
+    def numerator(self) -> np.ndarray:
+        """x_i, a view into this rank's state (read it, do not write it)."""
+        return self._state[:-1]
+
+    @property
+    def weight(self) -> float:
+        """w_i, the push-sum weight (1 on every rank at the start; the weights always sum to the job size)."""
+        return float(self._state[-1])
+
+    # hooks ----------------------------------------------------------------------------------------------------
+    def setup(self, worker: Worker) -> None:
+        self._graph = make_topology(self.topology, worker.size)
+        layout = worker.layout
+        # [x_i..., w_i] in one buffer: it is scaled by p_i and sent as is, then the receives are added to it
+        self._state = np.empty(layout.size + 1, dtype=layout.dtype)
+        self._state[:-1] = worker.model.params()
+        self._state[-1] = 1.0
+        received: dict[int, np.ndarray] = {}
+        self._rounds: list[_Round] = []
+        for phase in range(self._graph.period):
+            sources = tuple(self._graph.in_neighbors(worker.rank, phase))
+            dests = tuple(self._graph.out_neighbors(worker.rank, phase))
+            for peer in sources:
+                if peer not in received:  # one buffer per peer, shared by every phase it sends in
+                    received[peer] = np.empty_like(self._state)
+            recvs = tuple(received[peer] for peer in sources)
+            self._rounds.append(_Round(dests, sources, recvs, 1.0 / (len(dests) + 1)))
+
+    def after_step(self, worker: Worker) -> None:
+        state, x = self._state, self._state[:-1]
+        params = worker.model.params()  # z_i + delta_i
+        # x_i + delta_i = x_i - z_i + (z_i + delta_i) = (1 - 1/w_i) x_i + params, with no buffer for delta_i
+        x *= 1.0 - 1.0 / state[-1]
+        axpy(1.0, params, x)
+        plan = self._rounds[worker.step % len(self._rounds)]
+        if plan.dests or plan.sources:
+            state *= plan.share
+            worker.wait_all(worker.exchange(state, plan.dests, plan.recvs, plan.sources, tag=TAG))
+            for buf in plan.recvs:  # the sends are complete, so the state may change now
+                axpy(1.0, buf, state)
+        np.divide(x, state[-1], out=params)
+        worker.model.set_params(params)

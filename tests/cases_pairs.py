@@ -1,0 +1,124 @@
+"""Multi-rank cases of the request/reply strategies: AD-PSGD and EASGD (collected by cases.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from training import CLASSES, FEATURES, LR, batch, task, train
+
+from fast_core import Worker
+from fast_core.engine import Engine
+from fast_core.errors import ConfigError
+from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.strategies.adpsgd import ADPSGD
+from fast_core.strategies.easgd import EASGD
+
+
+def _mean_and_spread(engine: Engine, x: np.ndarray) -> tuple[np.ndarray, float]:
+    mean = x.copy()
+    engine.allreduce(mean)
+    mean /= engine.size
+    spread = np.array([np.sum((x - mean) ** 2)])
+    engine.allreduce(spread)
+    return mean, float(spread[0]) / engine.size
+
+
+def case_adpsgd_keeps_the_average_exactly_and_reaches_consensus(engine: Engine) -> None:
+    for topology in ("ring", "torus"):
+        model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.0), seed=engine.rank)
+        model.set_params(model.params() * 50 + engine.rank)  # far apart, different on every rank
+        worker = Worker(model, ADPSGD(topology), engine, broadcast_start=False).start()
+        mean_before, spread_before = _mean_and_spread(engine, model.params())
+        for _ in range(40 + 5 * engine.rank):  # ranks stop at different steps
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()
+        mean_after, spread_after = _mean_and_spread(engine, model.params())
+        np.testing.assert_allclose(mean_after, mean_before, rtol=0, atol=1e-10)
+        if engine.size > 1:
+            assert spread_after < spread_before / 100, (topology, spread_before, spread_after)
+
+
+def case_adpsgd_refuses_a_directed_graph(engine: Engine) -> None:
+    if engine.size < 3:
+        return
+    model = SoftmaxRegression(FEATURES, CLASSES)
+    try:
+        Worker(model, ADPSGD("exp"), engine).start()
+    except ConfigError as exc:
+        assert "undirected" in str(exc)
+    else:
+        raise AssertionError("AD-PSGD accepted a directed graph")
+
+
+def _easgd_reference(size: int, steps: int, tau: int, alpha: float, order_within_round: bool):
+    """NumPy EASGD: all from rank 0's start; synchronous rounds, or rank-by-rank talks to the centre."""
+    x, y, shards, _ = task(size)
+    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()
+    states = [start.copy() for _ in range(size)]
+    z = start.copy()
+    probe = SoftmaxRegression(FEATURES, CLASSES)
+    for step in range(steps):
+        for r in range(size):
+            probe.set_params(states[r])
+            probe.compute_gradients(*batch(x, y, shards[r], step))
+            states[r] -= LR * probe.grads()
+        if (step + 1) % tau:
+            continue
+        if order_within_round:  # asynchronous, with the talks serialised in rank order
+            for r in range(size):
+                d = alpha * (states[r] - z)
+                states[r] -= d
+                z += d
+        else:
+            old = z.copy()
+            for r in range(size):
+                d = alpha * (states[r] - old)
+                states[r] -= d
+                z += d
+    return states, z
+
+
+def case_easgd_synchronous_matches_reference(engine: Engine) -> None:
+    strategy = EASGD(tau=3, alpha=0.2)
+    model, _ = train(engine, strategy, steps=12)
+    states, z = _easgd_reference(engine.size, 12, 3, 0.2, order_within_round=False)
+    np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
+    if engine.rank == 0:
+        np.testing.assert_allclose(strategy.center_params(), z, rtol=0, atol=1e-10)
+
+
+def case_easgd_asynchronous_follows_rule_in_fixed_order(engine: Engine) -> None:
+    """Each worker talks to the centre on its own; serialised in rank order, the result is the sequential rule."""
+    x, y, shards, _ = task(engine.size)
+    strategy = EASGD(tau=2, alpha=0.2, synchronous=False)
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
+    worker = Worker(model, strategy, engine).start()
+    for step in range(8):
+        model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+        worker.before_step()
+        model.optimizer_step()
+        for turn in range(engine.size):
+            if turn == engine.rank:
+                worker.after_step()
+            engine.barrier()
+    worker.close()
+    states, z = _easgd_reference(engine.size, 8, 2, 0.2, order_within_round=True)
+    np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
+    if engine.rank == 0:
+        np.testing.assert_allclose(strategy.center_params(), z, rtol=0, atol=1e-10)
+
+
+def case_pair_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
+    _, _, _, (x_test, y_test) = task(engine.size)
+    accuracy = {}
+    strategies = {
+        "allreduce": "allreduce",
+        "adpsgd": ADPSGD("ring"),
+        "easgd": EASGD(tau=4),
+        "easgd-async": EASGD(tau=4, synchronous=False),
+    }
+    for name, strategy in strategies.items():
+        model, worker = train(engine, strategy, steps=150)
+        accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
+    assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
