@@ -31,6 +31,7 @@ class Worker:
         engine: Engine,
         *,
         broadcast_start: bool = True,
+        log_every: int | None = None,
     ) -> None:
         self.model = model
         self.engine = engine
@@ -40,6 +41,7 @@ class Worker:
         self.step = 0
         self.metrics = Metrics()
         self._broadcast_start = broadcast_start
+        self.log_every = log_every
         self._started = False
         self._closed = False
 
@@ -69,6 +71,14 @@ class Worker:
         self.strategy.after_step(self)
         self.step += 1
         self.metrics.steps = self.step
+        if self.log_every and self.step % self.log_every == 0:
+            self.log_metrics()
+
+    def log_metrics(self) -> dict[str, float | int | None]:
+        """Log this rank's metrics on the ``fast`` logger (INFO) and return them as a dict."""
+        data = self.metrics.as_dict()
+        log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
+        return data
 
     def end_epoch(self, metric: float) -> None:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
@@ -80,6 +90,7 @@ class Worker:
         if self._started and not self._closed:
             self.strategy.close(self)
             self._closed = True
+            log.debug("rank %d closed after %d steps", self.rank, self.step)
 
     def _ensure_started(self) -> None:
         if not self._started:
@@ -153,3 +164,7 @@ class Worker:
         value = float(spread[0]) / self.size
         self.metrics.consensus_distance = value
         return value
+
+
+def _short(value: float | int | None) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..engine import Request
 from ..mixing import axpy
-from ..topology import Topology, make_topology
+from ..topology import Topology, is_column_stochastic, make_topology
 from .base import Strategy
 
 if TYPE_CHECKING:
@@ -30,6 +31,15 @@ class DPSGD(Strategy):
 
     def setup(self, worker: Worker) -> None:
         self._graph = make_topology(self.topology, worker.size, weights=self.weights)
+        if worker.rank == 0 and not all(
+            is_column_stochastic(self._graph.mixing_matrix(k)) for k in range(self._graph.period)
+        ):
+            warnings.warn(
+                f"D-PSGD on {self._graph!r}: its mixing matrix is not column stochastic, so workers agree on a "
+                "weighted, not the true, average; use weights='metropolis' on an undirected graph, or 'sgp' (push-sum) "
+                "on a directed one",
+                stacklevel=2,
+            )
         self._start = worker.layout.empty()  # own parameters at the start of the step, also the send buffer
         self._received: dict[int, np.ndarray] = {}
         self._requests: list[Request] = []
