@@ -8,6 +8,7 @@ from .compose import Every, Schedule, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD
 from .fast import FAST
+from .gossip import Gossip
 from .local_sgd import LocalSGD
 from .sgp import SGP
 from .spec import STRATEGIES, make_strategy, parse_strategy
@@ -22,6 +23,7 @@ __all__ = [
     "AllReduce",
     "AsyncAveraging",
     "Every",
+    "Gossip",
     "LocalSGD",
     "Schedule",
     "Strategy",

@@ -1,6 +1,7 @@
 """Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis", "localsgd:period=8".
 
-The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology. Two keys
+The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology (or the
+option a strategy names in ``bare_option``, e.g. gossip's variant: "gossip:push"). Two keys
 compose any strategy instead of being options of each: ``every=k`` wraps it in ``Every(k, ...)`` and ``warmup=W``
 runs all-reduce for W steps first (``Schedule``), e.g. "dpsgd:exp1,every=4,warmup=50" (warm-up outermost).
 """
@@ -20,6 +21,7 @@ from .compose import Every, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD
 from .fast import FAST
+from .gossip import Gossip
 from .local_sgd import LocalSGD
 from .sgp import SGP
 
@@ -32,6 +34,7 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "adpsgd": ADPSGD,
     "easgd": EASGD,
     "sgp": SGP,
+    "gossip": Gossip,
 }
 
 COMPOSITION_KEYS = ("every", "warmup")
@@ -87,6 +90,9 @@ def make_strategy(spec: str | Strategy, **overrides: object) -> Strategy:
         raise ConfigError(f"unknown strategy '{name}'{hint}; choose one of: {', '.join(sorted(STRATEGIES))}")
     factory = STRATEGIES[name]
     accepted = [p for p in inspect.signature(factory).parameters if p != "self"]
+    bare = getattr(factory, "bare_option", "topology")  # what a bare item means: "gossip:push" is the variant
+    if bare != "topology" and "topology" in options and bare not in options:
+        options[bare] = options.pop("topology")
     composition = {k: options.pop(k) for k in COMPOSITION_KEYS if k in options and k not in accepted}
     unknown = [k for k in options if k not in accepted]
     if unknown:
