@@ -23,6 +23,8 @@ _REQUEST_TAG, _REPLY_TAG = 0, 1
 
 Handler = Callable[[int, np.ndarray, np.ndarray], None]
 """handler(peer, request_payload, reply_out): fill ``reply_out``; runs on the service thread, under ``lock``."""
+ReplyHandler = Callable[[int, np.ndarray], None]
+"""on_reply(peer, reply): consume the reply to our own request on the service thread, under ``lock``."""
 
 
 class RequestService(CommThread):
@@ -36,8 +38,10 @@ class RequestService(CommThread):
         dtype: np.dtype | str,
         handler: Handler | None,
         *,
+        on_reply: ReplyHandler | None = None,
         metrics: Metrics | None = None,
         name: str = "service",
+        start: bool = True,
     ) -> None:
         super().__init__(engine, name, metrics)
         self.dtype = np.dtype(dtype)
@@ -45,6 +49,7 @@ class RequestService(CommThread):
         self.lock = threading.Lock()
         """Held while the handler runs: take it to change state the handler reads."""
         self._handler = handler
+        self._on_reply = on_reply
         self._incoming = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
         self._replies = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
         self._receives = {peer: self.engine.irecv(self._incoming[peer], peer, _REQUEST_TAG) for peer in askers}
@@ -56,6 +61,11 @@ class RequestService(CommThread):
         self._own_requests: list[Request] = []
         self._own_started = 0.0
         self._own_done = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start answering (only needed with ``start=False``, when handlers need the service object first)."""
         self._start()
 
     # trainer side -------------------------------------------------------------------------------------------
@@ -81,8 +91,14 @@ class RequestService(CommThread):
         """The rank our unanswered request went to, or None."""
         return self._own_peer
 
+    def outstanding_to(self, peer: int) -> bool:
+        """True while our request to ``peer`` awaits its reply (for handlers: the two requests crossed)."""
+        return self._own_peer == peer and not self._own_done
+
     def reply(self, wait: bool = True) -> np.ndarray | None:
         """The reply to our request (a buffer valid until the next ask); None if not there yet and not waiting.
+
+        Only without ``on_reply``: with it, the thread consumes replies itself and ``pending`` clears on its own.
 
         A wait raises PeerTimeout naming the peer after the engine's timeout.
         """
@@ -150,8 +166,13 @@ class RequestService(CommThread):
             self._own_requests = []
             self.metrics.messages_received += 1
             self.metrics.bytes_received += self._own_reply.nbytes
+            if self._on_reply is not None:
+                with self.lock:
+                    self._on_reply(peer, self._own_reply)
             with self._cond:
                 self._own_done = True
+                if self._on_reply is not None:
+                    self._own_peer = None
                 self._cond.notify_all()
             return True
         return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,14 +18,16 @@ if TYPE_CHECKING:
 
 
 class ADPSGD(Strategy):
-    """Each step a worker averages with one random neighbour: x_i, x_j <- (x_i + x_j) / 2, atomically per pair.
+    """Each step a worker averages with one random neighbour: x_i, x_j <- (x_i + x_j) / 2, one pair at a time.
 
-    The active worker sends its parameters a after step k and applies the reply at step k + 1, so the round trip
-    overlaps with computing (gradients are taken on possibly stale parameters, as in the paper). The passive
-    neighbour's communication thread answers with its latest parameters s, moves them to (a + s) / 2 and records
-    the correction (a - s) / 2 that its trainer adds at its next step; the active one adds (s - a) / 2. Each pair's two
-    corrections cancel, so the average of all workers is preserved exactly, and updates made in between are kept.
-    The passive side never involves its trainer, so no wait cycle (deadlock) can form on any topology.
+    Pairs are formed by the communication threads, never by the trainers, so no wait cycle (deadlock) can form
+    on any topology and the trainer never blocks. Each rank's thread keeps a snapshot s of its parameters: the
+    active rank sends s_i, the passive one answers with s_j and both move their snapshots to (s_i + s_j) / 2,
+    recording the same change as a correction the trainer adds at its next step (so its own updates in between
+    are kept and gradients see possibly stale parameters, as in the paper). Both changes cancel, so the average
+    of all workers is preserved exactly. When two ranks ask each other at the same moment, only the request of
+    the lower rank is averaged (the other is answered with its own value, a no-op): otherwise they would swap
+    values instead of averaging them.
     """
 
     name = "adpsgd"
@@ -39,44 +40,51 @@ class ADPSGD(Strategy):
         graph = static_topology(self.topology, worker.size, "uniform", "AD-PSGD")
         if not graph.is_undirected():
             raise ConfigError(f"AD-PSGD averages in pairs, so it needs an undirected topology; {graph!r} is directed")
+        self._rank = worker.rank
         self._neighbors = graph.out_neighbors(worker.rank)
         self._rng = np.random.default_rng((self.seed, worker.rank))
-        self._snapshot = np.array(worker.model.params(), copy=True)  # what this rank answers with
-        self._correction = np.zeros_like(self._snapshot)
+        self._snapshot = np.array(worker.model.params(), copy=True)  # this rank's value as pairs see it
+        self._correction = np.zeros_like(self._snapshot)  # pair averages not yet applied by the trainer
         self._service = RequestService(
             worker.engine,
             self._neighbors,
             worker.layout.size,
             worker.layout.dtype,
             self._answer,
+            on_reply=self._take_reply,
             metrics=worker.metrics,
             name="adpsgd",
+            start=False,  # _answer reads self._service: start once it is assigned
         )
-        self._asked: np.ndarray | None = None
+        self._service.start()
 
-    def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
-        """Service thread: reply with our parameters and move them half-way towards theirs.
-
-        The snapshot moves too, so several requests between two of our steps average in sequence, each with
-        our value after the previous one, exactly as atomic pair averages would.
-        """
-        np.copyto(reply, self._snapshot)
-        axpy(0.5, theirs, self._correction)
+    def _move_halfway(self, other: np.ndarray) -> None:
+        """snapshot, correction += (other - snapshot) / 2 (service thread, under the service lock)."""
+        axpy(0.5, other, self._correction)
         axpy(-0.5, self._snapshot, self._correction)
         self._snapshot *= 0.5
-        axpy(0.5, theirs, self._snapshot)
+        axpy(0.5, other, self._snapshot)
+
+    def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
+        if self._service.outstanding_to(peer) and self._rank < peer:
+            np.copyto(reply, theirs)  # crossed requests: ours is the one averaged; theirs becomes a no-op
+            return
+        np.copyto(reply, self._snapshot)
+        self._move_halfway(theirs)
+
+    def _take_reply(self, peer: int, theirs: np.ndarray) -> None:
+        asked = self._service.request_payload
+        if not np.array_equal(theirs, asked):  # a no-op answer (crossed requests) changes nothing
+            # move by what the pair average (asked + theirs) / 2 changes, whatever our snapshot did meanwhile
+            axpy(0.5, theirs, self._correction)
+            axpy(-0.5, asked, self._correction)
+            axpy(0.5, theirs, self._snapshot)
+            axpy(-0.5, asked, self._snapshot)
 
     def _settle(self, worker: Worker) -> np.ndarray:
-        """Apply our pending pair average (waiting for its reply) and what peers' requests asked of us."""
+        """Add the pair averages done since the last step; publish the result as our snapshot."""
         params = worker.model.params()
-        service = self._service
-        if service.pending is not None:
-            start = time.perf_counter()
-            theirs = service.reply(wait=True)  # usually here already: it travelled while we computed
-            worker.metrics.wait_seconds += time.perf_counter() - start
-            axpy(0.5, theirs, params)
-            axpy(-0.5, self._asked, params)
-        with service.lock:
+        with self._service.lock:
             params += self._correction
             self._correction.fill(0.0)
             np.copyto(self._snapshot, params)
@@ -85,11 +93,8 @@ class ADPSGD(Strategy):
 
     def after_step(self, worker: Worker) -> None:
         params = self._settle(worker)
-        service = self._service
-        if self._neighbors:
-            peer = int(self._rng.choice(self._neighbors))
-            service.ask(peer, params)
-            self._asked = service.request_payload
+        if self._neighbors and self._service.pending is None:  # never wait: skip a turn while a pair is open
+            self._service.ask(int(self._rng.choice(self._neighbors)), params)
 
     def close(self, worker: Worker) -> None:
         self._service.close()  # every rank's requests are answered once this returns
