@@ -17,12 +17,13 @@ from ..errors import MessageError, PeerTimeout
 from .base import (
     DEFAULT_TIMEOUT,
     MAX_USER_TAG,
-    SPIN_SECONDS,
     Engine,
+    Patience,
     Request,
     check_contiguous,
     check_op,
     check_tag,
+    timeout_error,
 )
 
 _DIAGNOSE_TAG = MAX_USER_TAG + 1
@@ -125,21 +126,25 @@ class MPIEngine(Engine):
         return MPIEngine(self.comm.Dup(), self.timeout if timeout is None else timeout)
 
     def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
-        """As Engine.wait_all, but first spins on one MPI Testall: a fraction of the Python cost per request."""
+        """As Engine.wait_all, but polls all requests with one MPI Testall: a fraction of the Python cost."""
         pending = [r for r in requests if not r.done]
-        if pending and all(isinstance(r, _MPIRequest) for r in pending):
-            raw = [r._request for r in pending]
-            statuses = [r.status for r in pending]
-            spin_until = time.monotonic() + SPIN_SECONDS
-            try:
-                while time.monotonic() < spin_until:
-                    if self._MPI.Request.Testall(raw, statuses):
-                        for request in pending:
-                            request.complete()
-                        return
-            except self._MPI.Exception:
-                pass  # the per-request tests below find the faulty one and name it
-        super().wait_all(pending, timeout)
+        if not pending or not all(isinstance(r, _MPIRequest) for r in pending):
+            super().wait_all(pending, timeout)
+            return
+        raw = [r._request for r in pending]
+        statuses = [r.status for r in pending]
+        seconds = self.timeout if timeout is None else timeout
+        patience = Patience(seconds)
+        try:
+            while not self._MPI.Request.Testall(raw, statuses):
+                if patience.expired():
+                    raise timeout_error(self.rank, pending, seconds)
+                patience.rest()
+        except self._MPI.Exception:
+            super().wait_all(pending, timeout)  # per-request tests find the faulty message and name it
+            return
+        for request in pending:
+            request.complete()
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         check_contiguous(buf, "isend")

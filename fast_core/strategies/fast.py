@@ -5,8 +5,14 @@ received as one more step of its own (stateful) optimizer, unscaled. Asynchronou
 a background thread sends the newest gradient once one message from every neighbour has arrived since the
 last send, and the trainer applies whatever arrived. ``synchronous=True`` instead exchanges the gradients of
 the same step and applies them in rank order: deterministic, for tests and for comparing with the async run.
-Every ``restart_every`` epochs (``Worker.end_epoch(metric)``) all workers restart from the replica with the best
-validation metric, optionally with fresh optimizer state as the original did.
+Every ``restart_every`` epochs (default 1, as published; ``Worker.end_epoch(metric)``) all workers restart from the
+replica with the best validation metric, optionally with fresh optimizer state as the original did.
+
+The restart is not optional in practice: no parameters are ever mixed, and since each worker applies more of its
+neighbours' gradients than its own, differences between neighbours grow instead of shrinking. On a bipartite
+graph (a torus with even sides, an even ring) the "checkerboard" difference d evolves as d <- (I + (deg - 1)
+lr H) d for a loss with Hessian H: replicas drift apart exponentially between restarts. Measured on digits with
+4 workers on a 2x2 torus: averaged-model accuracy 0.13-0.44 without restarts, where all-reduce reaches 0.92.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class FAST(Strategy):
         self,
         topology: str | Topology = "torus",
         synchronous: bool = False,
-        restart_every: int | None = None,
+        restart_every: int | None = 1,
         reset_optimizer: bool = False,
     ) -> None:
         if restart_every is not None and restart_every < 1:
