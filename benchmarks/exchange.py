@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import statistics
 import sys
 import time
@@ -24,18 +23,13 @@ from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
+from report import markers, write_section
 
 import fast_core
 from fast_core.mixing import axpy
 
 MB = 10**6
-START, END = "<!-- exchange:start -->", "<!-- exchange:end -->"
-TITLE = "# FAST benchmarks"
-PREAMBLE = (
-    "Each benchmark times FAST and its baseline side by side in the same run, interleaved iteration by iteration, "
-    "so machine noise hits both alike: read the ratios, not the absolute numbers, which vary from machine to "
-    "machine and run to run."
-)
+START, END = markers("exchange")
 
 
 @dataclass
@@ -263,18 +257,6 @@ def section(exchange: Sequence[ExchangeRow], mixing: Sequence[MixRow], ranks: in
     )
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's marked section in ``path``, keeping everything else; create the file if needed."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{TITLE}\n\n{PREAMBLE}\n\n{text}\n")
-        return
-    old = path.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    new = pattern.sub(lambda _: text, old, count=1) if pattern.search(old) else f"{old.rstrip()}\n\n{text}\n"
-    path.write_text(new)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -293,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         text = section(exchange, mixing, comm.Get_size())
         print(text)
         if args.out:
-            write_section(args.out, text)
+            write_section(args.out, "exchange", text)
             print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import statistics
 import sys
 import time
@@ -27,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
+from report import markers, write_section
 
 import fast_core
 from fast_core.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import STRATEGIES, Strategy
 
-START, END = "<!-- strategies:start -->", "<!-- strategies:end -->"
-TITLE = "# FAST benchmarks"
+START, END = markers("strategies")
 NONE = "none"
 """The ceiling: every rank trains alone, no communication at all."""
 RAW = "mpi-allreduce"
@@ -410,18 +409,6 @@ def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: i
     )
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's marked section in ``path``, keeping everything else; create the file if needed."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{TITLE}\n\n{text}\n")
-        return
-    old = path.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    new = pattern.sub(lambda _: text, old, count=1) if pattern.search(old) else f"{old.rstrip()}\n\n{text}\n"
-    path.write_text(new)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -456,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = section(rows, args, size, params, len(task.y_train) // args.batch_size)
     print(text)
     if args.out:
-        write_section(args.out, text)
+        write_section(args.out, "strategies", text)
         print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
-from training import CLASSES, FEATURES, batch, task, train
+from training import CLASSES, FEATURES, batch, steps_in_window, task, train
 
 from fast_core import Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, AdaGrad, SoftmaxRegression
+from fast_core.numpy_model import AdaGrad, SoftmaxRegression
 from fast_core.strategies.adpsgd import ADPSGD
 from fast_core.strategies.async_avg import AsyncAveraging
 from fast_core.strategies.easgd import EASGD
 from fast_core.strategies.fast import FAST
+from fast_core.strategies.gossip import Gossip
 from fast_core.topology import make_topology
-
-
-def _sleepy_train(engine: Engine, strategy, steps: int, pause) -> tuple[SoftmaxRegression, Worker]:
-    """Train with a per-step pause (seconds, or a function of the step) standing in for compute time."""
-    x, y, shards, _ = task(engine.size)
-    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.2), seed=engine.rank)
-    worker = Worker(model, strategy, engine).start()
-    for step in range(steps):
-        model.compute_gradients(*batch(x, y, shards[engine.rank], step))
-        time.sleep(pause(step) if callable(pause) else pause)
-        worker.before_step()
-        model.optimizer_step()
-        worker.after_step()
-    worker.close()
-    return model, worker
 
 
 def case_fast_synchronous_matches_adagrad_reference(engine: Engine) -> None:
@@ -83,7 +67,7 @@ def case_async_strategies_finish_on_every_topology(engine: Engine) -> None:
         strategies += [ADPSGD(topology)] if topology != "exp" else [EASGD(tau=2, synchronous=False)]
         for strategy in strategies:
             steps = 12 + 3 * engine.rank  # ranks stop at different steps
-            _, worker = _sleepy_train(engine, strategy, steps, lambda _: jitter.uniform(0, 0.004))
+            _, worker = train(engine, strategy, steps, pause=lambda _: jitter.uniform(0, 0.004))
             assert worker.metrics.steps == steps
             if engine.size > 1:
                 assert worker.metrics.messages_received > 0 and worker.metrics.bytes_sent > 0, worker.metrics
@@ -93,7 +77,7 @@ def case_staleness_bound_is_respected(engine: Engine) -> None:
     slow = 0
     pause = 0.01 if engine.rank == slow else 0.0
     for bound in (0, 2):
-        _, worker = _sleepy_train(engine, AsyncAveraging("ring", staleness=bound), 25, pause)
+        _, worker = train(engine, AsyncAveraging("ring", staleness=bound), 25, pause=pause)
         assert worker.metrics.staleness_max <= bound, (bound, worker.metrics)
 
 
@@ -101,25 +85,16 @@ def case_straggler_does_not_slow_async_workers(engine: Engine) -> None:
     """In a fixed time, a 5x slower rank does not hold the others back (counted in steps done)."""
     if engine.size < 2:
         return
-    straggler, step_time, window = engine.size - 1, 0.004, 1.0
-    for strategy in (AsyncAveraging("ring"), FAST("ring"), ADPSGD("ring"), EASGD(tau=2, synchronous=False)):
-        x, y, shards, _ = task(engine.size)
-        model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.1), seed=0)
-        worker = Worker(model, strategy, engine).start()
-        engine.barrier()
-        stop = time.perf_counter() + window
-        while time.perf_counter() < stop:
-            model.compute_gradients(*batch(x, y, shards[engine.rank], worker.step))
-            time.sleep(step_time * (5 if engine.rank == straggler else 1))
-            worker.before_step()
-            model.optimizer_step()
-            worker.after_step()
-        worker.close()
-        counts = np.zeros(engine.size)
-        counts[engine.rank] = worker.step
-        engine.allreduce(counts)
-        fast_ranks = np.delete(counts, straggler)
-        assert fast_ranks.min() >= 2.5 * counts[straggler], (type(strategy).__name__, counts)
+    straggler = engine.size - 1
+    strategies = [AsyncAveraging("ring"), FAST("ring", restart_every=None), ADPSGD("ring")]
+    strategies += [
+        EASGD(tau=2, synchronous=False),
+        Gossip("pull", synchronous=False),
+        Gossip("push", synchronous=False),
+    ]
+    for strategy in strategies:
+        counts = steps_in_window(engine, strategy, straggler, slowdown=5)
+        assert np.delete(counts, straggler).min() >= 2.5 * counts[straggler], (strategy, counts)
 
 
 def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:

@@ -6,6 +6,8 @@ dense-matrix NumPy simulation the decentralized strategies are checked against.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fast_core import Worker
@@ -30,17 +32,41 @@ def batch(x, y, shard, step):
     return x[idx], y[idx]
 
 
-def train(engine: Engine, strategy, steps: int, seed: int = 0, optimizer=None):
+def train(engine: Engine, strategy, steps: int, seed: int = 0, optimizer=None, pause=None):
+    """Train ``steps`` steps through the Worker hooks, as an adapter would; ``pause`` (seconds, or a function of
+    the step) stands in for a real model's compute time."""
     x, y, shards, _ = task(engine.size)
     model = SoftmaxRegression(FEATURES, CLASSES, optimizer=optimizer or SGD(LR), seed=seed + engine.rank)
     worker = Worker(model, strategy, engine).start()
     for step in range(steps):
         model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+        if pause is not None:
+            time.sleep(pause(step) if callable(pause) else pause)
         worker.before_step()
         model.optimizer_step()
         worker.after_step()
     worker.close()
     return model, worker
+
+
+def steps_in_window(engine: Engine, strategy, slow_rank: int, slowdown: float, step_time=0.004, window=1.0):
+    """Every rank's number of steps done in ``window`` seconds, ``slow_rank`` computing ``slowdown`` times longer."""
+    x, y, shards, _ = task(engine.size)
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.1), seed=0)
+    worker = Worker(model, strategy, engine).start()
+    engine.barrier()
+    stop = time.perf_counter() + window
+    while time.perf_counter() < stop:
+        model.compute_gradients(*batch(x, y, shards[engine.rank], worker.step))
+        time.sleep(step_time * (slowdown if engine.rank == slow_rank else 1))
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    counts = np.zeros(engine.size)
+    counts[engine.rank] = worker.step
+    engine.allreduce(counts)
+    return counts
 
 
 def reference_dpsgd(size: int, topology: str, steps: int) -> np.ndarray:
