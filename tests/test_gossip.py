@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from training import CLASSES, FEATURES, LR, batch, task
 
-from fast_core import ConfigError, LocalCluster, Worker
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core import ConfigError
 from fast_core.strategies import make_strategy
 from fast_core.strategies.gossip import Gossip, peer_choices
 
@@ -42,23 +40,3 @@ def test_peer_choices_are_shared_uniform_and_include_self() -> None:
         counts = np.bincount(draws[:, rank], minlength=size)
         assert np.all(np.abs(counts / 2000 - 1 / size) < 0.04), (rank, counts)  # itself as often as any other
     assert np.all(peer_choices(0, 0, 1) == 0)
-
-
-@pytest.mark.parametrize("variant", ["pull", "push"])
-@pytest.mark.parametrize("synchronous", [True, False])
-def test_one_rank_is_plain_sgd(variant: str, synchronous: bool) -> None:
-    x, y, shards, _ = task(1)
-    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
-    alone = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
-    worker = Worker(model, Gossip(variant, synchronous=synchronous), LocalCluster(1, timeout=10).engine(0)).start()
-    for step in range(10):
-        for m in (model, alone):
-            m.compute_gradients(*batch(x, y, shards[0], step))
-        worker.before_step()
-        model.optimizer_step()
-        worker.after_step()
-        alone.optimizer_step()
-    worker.close()
-    np.testing.assert_array_equal(model.params(), alone.params())
-    assert worker.metrics.messages_sent == worker.metrics.messages_received == 0
-    assert worker.metrics.steps == 10

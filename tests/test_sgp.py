@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from training import CLASSES, FEATURES, LR, batch, task
+from training import CLASSES, FEATURES
 
 from fast_core import ConfigError, LocalCluster, Worker
 from fast_core.engine import Engine
@@ -35,27 +35,6 @@ def test_topology_of_another_size_fails_at_setup() -> None:
     worker = Worker(model, SGP(ring(4)), LocalCluster(1).engine(0))
     with pytest.raises(TopologyError, match="4 ranks but 1 are running"):
         worker.start()
-
-
-def test_one_rank_is_plain_sgd() -> None:
-    """Alone, a worker keeps all its mass: w stays 1, z = x, and nothing is sent."""
-    x, y, shards, _ = task(1)
-    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR))
-    alone = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR))
-    sgp = SGP()
-    worker = Worker(model, sgp, LocalCluster(1).engine(0)).start()
-    for step in range(10):
-        for m in (model, alone):
-            m.compute_gradients(*batch(x, y, shards[0], step))
-        worker.before_step()
-        model.optimizer_step()
-        worker.after_step()
-        alone.optimizer_step()
-    worker.close()
-    np.testing.assert_array_equal(model.params(), alone.params())
-    np.testing.assert_array_equal(sgp.numerator, alone.params())
-    assert sgp.weight == 1.0
-    assert worker.metrics.bytes_sent == 0 and worker.metrics.messages_sent == 0
 
 
 def _float32_exp1(engine: Engine) -> tuple[SGP, Worker, np.ndarray]:

@@ -66,8 +66,8 @@ class EASGD(Strategy):
         axpy(-self._alpha, reply, self._z)
 
     def after_step(self, worker: Worker) -> None:
-        if (worker.step + 1) % self.tau:
-            return
+        if worker.size == 1 or (worker.step + 1) % self.tau:
+            return  # alone, the centre would only lag behind the worker: plain SGD, as every strategy on one rank
         if self.synchronous:
             self._synchronous_round(worker)
         else:
