@@ -1,1 +1,32 @@
-"""FAST adapter for torch: not implemented yet (see the project issues)."""
+"""fast_torch: run any fast_core strategy on a PyTorch model, with the API Horovod users know.
+
+import fast_torch as fast
+fast.init()
+opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, strategy="async:torus")
+... loss.backward(); opt.step() ...
+fast.average_model(model)
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError("fast_torch needs PyTorch: pip install 'fast-training[torch]'") from exc
+
+from .api import average_model, broadcast_parameters, shard
+from .model import TorchModel
+from .optimizer import DistributedOptimizer, worker_of
+from .runtime import init, rank, size
+
+__all__ = [
+    "DistributedOptimizer",
+    "TorchModel",
+    "average_model",
+    "broadcast_parameters",
+    "init",
+    "rank",
+    "shard",
+    "size",
+    "worker_of",
+]

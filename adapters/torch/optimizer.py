@@ -1,0 +1,91 @@
+"""DistributedOptimizer: any torch.optim optimizer, hooked so a fast_core strategy runs around its step.
+
+The user's optimizer object is returned, not a subclass or a wrapper: FAST attaches through PyTorch's supported
+extension points (step pre/post hooks, state-dict hooks), so lr schedulers, state_dict()/load_state_dict() and
+zero_grad() work as before.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from fast_core import Engine, Strategy, Worker
+
+from .model import TorchModel
+from .runtime import default_engine
+from .tensors import broadcast_tensors, floating_tensors
+
+_WORKERS: weakref.WeakKeyDictionary[torch.nn.Module, Worker] = weakref.WeakKeyDictionary()
+_STATE_KEY = "fast"
+
+
+def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    strategy: Strategy | str = "allreduce",
+    *,
+    engine: Engine | None = None,
+    log_every: int | None = None,
+) -> torch.optim.Optimizer:
+    """Hook ``optimizer`` so ``strategy`` runs at every ``optimizer.step()``; returns ``optimizer`` itself.
+
+    The model's parameters become views of one flat buffer, all ranks start from rank 0's parameters (and
+    buffers), and the optimizer must hold exactly the model's trainable parameters.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if model in _WORKERS:
+        raise RuntimeError("this model is already wrapped by a DistributedOptimizer")
+    adapter = TorchModel(model, optimizer)
+    _check_same_parameters(optimizer, adapter)
+    worker = Worker(adapter, strategy, engine or default_engine(), log_every=log_every)
+    worker.start()
+    broadcast_tensors(floating_tensors(model, parameters=False), worker.engine)  # e.g. BatchNorm statistics
+    _WORKERS[model] = worker
+
+    def before(opt, args, kwargs):
+        if not adapter.applying:
+            worker.before_step()
+
+    def after(opt, args, kwargs):
+        if not adapter.applying:
+            worker.after_step()
+
+    def save(opt, state):
+        state[_STATE_KEY] = {"step": worker.step, "strategy": repr(worker.strategy)}
+        return state
+
+    def load(opt, state):
+        saved = state.pop(_STATE_KEY, None)
+        if saved is not None:
+            worker.step = int(saved["step"])
+            worker.metrics.steps = worker.step
+        return state
+
+    optimizer.register_step_pre_hook(before)
+    optimizer.register_step_post_hook(after)
+    optimizer.register_state_dict_post_hook(save)
+    optimizer.register_load_state_dict_pre_hook(load)
+    optimizer.fast_worker = worker  # the Worker behind this optimizer: metrics, consensus distance, close()
+    return optimizer
+
+
+def worker_of(model: torch.nn.Module) -> Worker:
+    """The Worker training ``model`` (created by DistributedOptimizer)."""
+    try:
+        return _WORKERS[model]
+    except KeyError:
+        raise RuntimeError(
+            "this model is not wrapped: call fast_torch.DistributedOptimizer(opt, model) first"
+        ) from None
+
+
+def _check_same_parameters(optimizer: torch.optim.Optimizer, adapter: TorchModel) -> None:
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"] if p.requires_grad}
+    in_model = {id(p) for p in adapter.params_list}
+    if in_optimizer != in_model:
+        raise ValueError(
+            f"the optimizer holds {len(in_optimizer)} trainable parameters and the model {len(in_model)}, not the "
+            "same ones; build the optimizer from model.parameters() of the model you pass"
+        )
