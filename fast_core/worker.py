@@ -42,6 +42,9 @@ class Worker:
         self.metrics = Metrics()
         self._broadcast_start = broadcast_start
         self.log_every = log_every
+        self.uneven_inputs = False
+        """Set while ranks may run out of data at different steps: lockstep strategies then count the ranks
+        still training at every step, and a rank out of data calls join()."""
         self._started = False
         self._closed = False
 
@@ -63,6 +66,8 @@ class Worker:
     def before_step(self) -> None:
         """Hook between backward and the optimizer step (gradient strategies act here)."""
         self._ensure_started()
+        if self.uneven_inputs and self.strategy.lockstep:
+            self.count_active(True)
         self.strategy.before_step(self)
 
     def after_step(self) -> None:
@@ -79,6 +84,33 @@ class Worker:
         data = self.metrics.as_dict()
         log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
         return data
+
+    def count_active(self, active: bool) -> int:
+        """Collective: how many ranks still have data at this step (the join protocol's one small allreduce)."""
+        flag = np.array([1 if active else 0], dtype=np.int64)
+        self.engine.allreduce(flag)
+        return int(flag[0])
+
+    def join(self) -> int:
+        """Called by a rank out of data: take part in the steps of the others, with a zero gradient, until every
+        rank is out of data, so lockstep strategies never hang on uneven inputs. Returns the steps shadowed.
+
+        Requires ``uneven_inputs = True`` on every rank while training (adapters' join helpers set it).
+        """
+        if not self.strategy.lockstep:
+            return 0
+        if not self.uneven_inputs:
+            raise RuntimeError("join() needs uneven_inputs=True on every rank during training (use the adapter's join)")
+        shadowed = 0
+        while self.count_active(False):
+            grads = self.model.grads()
+            grads.fill(0.0)
+            self.model.set_grads(grads)
+            self.strategy.before_step(self)
+            self.model.apply_gradient(self.model.grads())  # all-reduce ranks stay identical: same mean gradient
+            self.after_step()
+            shadowed += 1
+        return shadowed
 
     def end_epoch(self, metric: float) -> None:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""

@@ -14,7 +14,7 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("fast_torch needs PyTorch: pip install 'fast-training[torch]'") from exc
 
-from .api import average_model, broadcast_parameters, shard
+from .api import average_model, broadcast_parameters, join, shard
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 from .runtime import init, rank, size
@@ -25,6 +25,7 @@ __all__ = [
     "average_model",
     "broadcast_parameters",
     "init",
+    "join",
     "rank",
     "shard",
     "size",

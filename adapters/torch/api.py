@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from fast_core import Engine
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -30,6 +33,23 @@ def average_model(model: torch.nn.Module, buffers: bool = True, engine: Engine |
         worker.close()
     engine = engine or (worker.engine if worker is not None else default_engine())
     average_tensors(floating_tensors(model, buffers=buffers), engine)
+
+
+@contextmanager
+def join(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Wrap the training loop when ranks may have different numbers of batches (as DDP's ``join``).
+
+    Inside, lockstep strategies count the ranks still training at each step (one 8-byte allreduce); when this
+    rank's data ends, it keeps taking part with a zero gradient until every rank's data has ended, so no rank
+    waits forever. Asynchronous strategies need nothing and pay nothing.
+    """
+    worker = getattr(optimizer, "fast_worker", None)
+    if worker is None:
+        raise RuntimeError("join() takes the optimizer returned by fast_torch.DistributedOptimizer")
+    worker.uneven_inputs = True
+    yield  # an exception in the loop propagates from here, without joining
+    worker.join()
+    worker.uneven_inputs = False
 
 
 def shard(

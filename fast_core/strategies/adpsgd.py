@@ -31,6 +31,7 @@ class ADPSGD(Strategy):
     """
 
     name = "adpsgd"
+    lockstep = False
 
     def __init__(self, topology: str | Topology = "torus", seed: int = 0) -> None:
         self.topology = topology

@@ -36,6 +36,7 @@ class AsyncAveraging(Strategy):
     """
 
     name = "async"
+    lockstep = False
 
     def __init__(self, topology: str | Topology = "torus", staleness: float | None = None, weights: str = "uniform"):
         if staleness is not None and not (staleness >= 0):

@@ -18,6 +18,12 @@ class Strategy:
 
     name = "strategy"
 
+    @property
+    def lockstep(self) -> bool:
+        """True when every rank must take part in every step, so a rank out of data must keep joining in
+        (Worker.join); asynchronous strategies are False."""
+        return bool(getattr(self, "synchronous", True))
+
     def setup(self, worker: Worker) -> None:
         """Allocate buffers and start whatever communication precedes the first step."""
 

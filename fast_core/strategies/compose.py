@@ -43,6 +43,10 @@ class Every(Strategy):
         self.k = check_steps(k, "every", "dpsgd:ring,every=4 mixes on every 4th step")
         self.inner = _build(inner)
 
+    @property
+    def lockstep(self) -> bool:
+        return self.inner.lockstep
+
     def _due(self, worker: Worker) -> bool:
         return (worker.step + 1) % self.k == 0
 
@@ -120,6 +124,10 @@ class Schedule(Strategy):
         self._origin = worker.step
         self._index = 0
         self.active.setup(worker)
+
+    @property
+    def lockstep(self) -> bool:
+        return any(strategy.lockstep for _, strategy in self.phases)
 
     @property
     def active(self) -> Strategy:

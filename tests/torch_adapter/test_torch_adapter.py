@@ -160,3 +160,40 @@ def test_frozen_parameters_stay_out_and_untouched() -> None:
     for step in range(3):
         one_step(model, opt, 0, step)
     torch.testing.assert_close(model[0].weight.detach(), frozen)
+
+
+def _uneven(engine, strategy: str) -> tuple[np.ndarray, int]:
+    model = make_model()
+    opt = fast.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9), model, strategy, engine=engine
+    )
+    with fast.join(opt):
+        for step in range(3 + engine.rank):  # uneven shards: rank r has 3 + r batches
+            one_step(model, opt, engine.rank, step)
+    opt.fast_worker.close()
+    return opt.fast_worker.model.params().copy(), opt.fast_worker.step
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "dpsgd:ring", "async:ring"])
+def test_join_lets_ranks_with_uneven_batches_finish(strategy: str) -> None:
+    results = LocalCluster(4, timeout=20).run(_uneven, strategy)
+    steps = [s for _, s in results]
+    if strategy == "async:ring":
+        assert steps == [3, 4, 5, 6]  # nothing to join
+    else:
+        assert steps == [6, 6, 6, 6]  # the early ranks took part until the last one ran out
+    if strategy == "allreduce":
+        for params, _ in results[1:]:
+            np.testing.assert_array_equal(params, results[0][0])
+
+
+def test_shard_gives_each_rank_its_own_part() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(10.0))
+
+    def mine(engine):
+        loader = fast.shard(data, batch_size=2, shuffle=False, engine=engine)
+        return sorted(int(v) for (batch,) in loader for v in batch)
+
+    parts = LocalCluster(3).run(mine)
+    assert set().union(*parts) == set(range(10))  # every sample is somebody's
+    assert [len(p) for p in parts] == [4, 4, 4]  # padded to equal shares, as DistributedSampler does
