@@ -88,6 +88,7 @@ class TorchModel:
     def grads(self) -> np.ndarray:
         """The gradients as one flat buffer; gradients torch re-allocated (zero_grad(set_to_none=True)) are
         copied back in and their views restored, so the next step is zero-copy again."""
+        self._check_storage()
         with torch.no_grad():
             for param, view in zip(self.params_list, self._grad_views, strict=True):
                 grad = param.grad
