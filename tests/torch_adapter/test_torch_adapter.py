@@ -199,10 +199,11 @@ def test_shard_gives_each_rank_its_own_part() -> None:
     assert [len(p) for p in parts] == [4, 4, 4]  # padded to equal shares, as DistributedSampler does
 
 
-def test_a_model_converted_after_wrapping_is_refused_clearly() -> None:
+@pytest.mark.parametrize("strategy", ["allreduce", "dpsgd:ring"])
+def test_a_model_converted_after_wrapping_is_refused_clearly(strategy: str) -> None:
     model = make_model().float()
     opt = fast.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=LR), model, "dpsgd:ring", engine=LocalCluster(1).engine(0)
+        torch.optim.SGD(model.parameters(), lr=LR), model, strategy, engine=LocalCluster(1).engine(0)
     )
     model.double()  # replaces the parameters' storage behind FAST's back
     with pytest.raises(RuntimeError, match=r"no longer lives in fast_torch's buffer.*wrap the model again"):
