@@ -72,9 +72,7 @@ def train(
     train_set, val_set, test_set = load_data(seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
     model = build_model(seed)
-    opt = fast.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), model, strategy=strategy
-    )
+    opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), model, strategy=strategy)
     worker = opt.fast_worker
     if verbose and engine.rank == 0:
         print(
