@@ -332,7 +332,8 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
             f"the {args.compute_ms:g} ms of emulated compute, DDP spends {ddp.alone.extra_ms:.2f} ms and fast_torch's "
             f"all-reduce {allreduce.alone.extra_ms:.2f} ms (the real forward and backward pass, the gradient "
             "all-reduce — gloo over TCP on loopback for DDP, MPI's shared memory for FAST — and each library's own "
-            "overhead). "
+            "overhead), so the ratio compares the transports as much as the libraries: PyTorch's pip wheels have no "
+            "MPI backend to run DDP on the same transport. "
         )
     asyncs = [r for r in rows if r.asynchronous]
     if asyncs:
