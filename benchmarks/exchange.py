@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
-from report import markers, write_section
+from report import command_line, markers, write_section
 
 import fast_core
 from fast_core.mixing import axpy
@@ -219,11 +219,6 @@ def mixing_table(rows: Sequence[MixRow]) -> str:
             f"| {r.mix.gbps:.2f} | {r.copy.gbps:.2f} | {r.mix.seconds / r.copy.seconds:.2f}x | {peak} |"
         )
     return "\n".join(lines)
-
-
-def command_line(ranks: int) -> str:
-    env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}mpiexec -n {ranks} python -m mpi4py {' '.join(sys.argv)}"
 
 
 def section(exchange: Sequence[ExchangeRow], mixing: Sequence[MixRow], ranks: int) -> str:

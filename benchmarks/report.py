@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 TITLE = "# FAST benchmarks"
 PREAMBLE = (
@@ -30,3 +35,17 @@ def write_section(path: Path, name: str, text: str) -> None:
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
     new = pattern.sub(lambda _: text, old, count=1) if pattern.search(old) else f"{old.rstrip()}\n\n{text}\n"
     path.write_text(new)
+
+
+def command_line(ranks: int) -> str:
+    """The command that produced this run, for the section's header."""
+    env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
+    return f"{env}mpiexec -n {ranks} python -m mpi4py {' '.join(sys.argv)}"
+
+
+def gather_to_root(comm, values: Sequence[float]) -> np.ndarray | None:
+    """Every rank's ``values`` as rows of a float64 table on rank 0 (None elsewhere): numbers, never a pickle."""
+    mine = np.asarray(values, dtype=np.float64)
+    table = np.empty((comm.Get_size(), mine.size)) if comm.Get_rank() == 0 else None
+    comm.Gather(mine, table, root=0)
+    return table

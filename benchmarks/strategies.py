@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
-from report import markers, write_section
+from report import command_line, gather_to_root, markers, write_section
 
 import fast_core
 from fast_core.datasets import batches, digits, shard_indices, train_test_split
@@ -213,9 +213,9 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
     m = worker.metrics
     staleness = m.staleness_sum / m.staleness_count if m.staleness_count else None
     # numbers travel as a float64 array (never a pickle); NaN stands for "no staleness recorded"
-    mine = np.array([seconds, cpu_seconds, m.bytes_sent, m.wait_seconds, np.nan if staleness is None else staleness])
-    table = np.empty((comm.Get_size(), mine.size)) if rank == 0 else None
-    comm.Gather(mine, table, root=0)
+    table = gather_to_root(
+        comm, [seconds, cpu_seconds, m.bytes_sent, m.wait_seconds, np.nan if staleness is None else staleness]
+    )
     comm.Barrier()
     if rank != 0:
         return None
@@ -367,11 +367,6 @@ def accuracy_note(rows: Sequence[Row], tolerance: float = 0.05) -> str:
     return (
         f"Averaged-model accuracy more than {tolerance} below all-reduce's {target:.3f} (alone / straggler): {names}. "
     )
-
-
-def command_line(ranks: int) -> str:
-    env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}mpiexec -n {ranks} python -m mpi4py {' '.join(sys.argv)}"
 
 
 def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: int, epoch_steps: int) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from report import markers, write_section
+from report import command_line, gather_to_root, markers, write_section
 from torch.nn.parallel import DistributedDataParallel
 
 import fast_core
@@ -213,9 +213,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
         fast.average_model(model)  # closes the worker (collective), then the mean of every rank's parameters
     final = accuracy(model, task)
     # numbers travel as a float64 array (never a pickle); NaN stands for "target never reached"
-    mine = np.array([seconds, cpu_seconds, to_target])
-    table = np.empty((comm.Get_size(), mine.size)) if rank == 0 else None
-    comm.Gather(mine, table, root=0)
+    table = gather_to_root(comm, [seconds, cpu_seconds, to_target])
     comm.Barrier()
     if rank != 0:
         return None
@@ -401,11 +399,6 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
     else:
         text.append(f"Every averaged model ends within 0.03 of DDP's test accuracy ({ddp.alone.accuracy:.3f}). ")
     return "".join(text).strip()
-
-
-def command_line(ranks: int) -> str:
-    env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}mpiexec -n {ranks} python -m mpi4py {' '.join(sys.argv)}"
 
 
 def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: int, epoch_steps: int) -> str:
