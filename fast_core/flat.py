@@ -26,9 +26,6 @@ class FlatEntry:
     offset: int
     size: int
 
-    def describe(self) -> str:
-        return f"'{self.name}' shape={self.shape} dtype={self.dtype}"
-
 
 class FlatLayout:
     """Names, shapes, dtypes and offsets of parameters packed into one contiguous 1-D buffer.

@@ -51,7 +51,6 @@ class _Inbox:
         self.ready: deque[np.ndarray] = deque()
         self.current: list[np.ndarray] = []
         self.request: Request | None = None
-        self.dropped = 0
         self.finished_flag = np.zeros(1, dtype=np.int64)
         self.finished_request: Request | None = None
         self.finished = False  # the neighbour closed its mailbox: it will send nothing more
@@ -231,7 +230,6 @@ class Mailbox(CommThread):
                 inbox.ready.append(inbox.landing)
                 if len(inbox.ready) > inbox.depth:
                     inbox.pool.append(inbox.ready.popleft())
-                    inbox.dropped += int(inbox.depth > 1)  # depth 1 keeps only the newest by design
                 inbox.landing = inbox.fresh_buffer()
                 self._heard_since_send.add(peer)
                 self._cond.notify_all()

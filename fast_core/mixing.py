@@ -22,11 +22,3 @@ def axpy(alpha: float, x: np.ndarray, y: np.ndarray, scratch: np.ndarray | None 
         scratch = np.empty_like(y)
     np.multiply(x, alpha, out=scratch, casting="unsafe")
     np.add(y, scratch, out=y)
-
-
-def weighted_sum_into(out: np.ndarray, self_weight: float, others: list[tuple[float, np.ndarray]]) -> None:
-    """out <- self_weight * out + sum(w * x for w, x in others), in place."""
-    if self_weight != 1.0:
-        out *= self_weight
-    for weight, x in others:
-        axpy(weight, x, out)

@@ -93,10 +93,9 @@ class _MPIRequest(Request):
 
 
 class _Collective(Request):
-    def __init__(self, request, what: str, size: int) -> None:
+    def __init__(self, request, what: str) -> None:
         super().__init__(what, -1, -1, 0)
         self._request = request
-        self.peers = size
 
     def test(self) -> bool:
         self.done = self.done or self._request.Test()
@@ -173,12 +172,12 @@ class MPIEngine(Engine):
         self._finish(self.comm.Ibarrier(), "barrier")
 
     def ibarrier(self) -> Request:
-        return _Collective(self.comm.Ibarrier(), "barrier", self.size)
+        return _Collective(self.comm.Ibarrier(), "barrier")
 
     def _finish(self, request, what: str) -> None:
         self._collectives += 1
         try:
-            self.wait_all((_Collective(request, what, self.size),))
+            self.wait_all((_Collective(request, what),))
         except PeerTimeout:
             missing = self._diagnose(self._collectives)
             raise PeerTimeout(
