@@ -104,3 +104,29 @@ def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
         model, worker = train(engine, strategy, steps=150)
         accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
+
+
+def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engine) -> None:
+    """Rank 0 steps while the others stall after their first message: by default it mixes their parameters once
+    and then keeps its own (a stalled neighbour lends its weight back); remix_stale=True pulls again every step."""
+    if engine.size == 1:
+        return
+    steps = 5
+    for remix in (False, True):
+        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+        model.set_params(np.full(model.layout.size, float(engine.rank)))
+        strategy = AsyncAveraging("ring", remix_stale=remix)
+        worker = Worker(model, strategy, engine, broadcast_start=False).start()
+        if engine.rank == 0:
+            graph = make_topology("ring", engine.size)
+            own, pulls = graph.self_weight(0), graph.in_weights(0)
+            for peer in pulls:
+                strategy._mailbox.wait_for(peer, min_step=0)
+            expected = 0.0
+            for step in range(steps):
+                worker.after_step()
+                if remix or step == 0:
+                    expected = own * expected + sum(w * peer for peer, w in pulls.items())
+            np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=f"remix_stale={remix}")
+        engine.barrier()
+        worker.close()

@@ -6,6 +6,7 @@ import pytest
 
 from fast_core import DPSGD, AllReduce, ConfigError, make_strategy
 from fast_core.strategies import parse_strategy
+from fast_core.strategies.spec import STRATEGIES
 
 
 def test_parse_strategy_types_values_and_bare_topology() -> None:
@@ -32,3 +33,11 @@ def test_unknown_names_and_options_are_clear_errors() -> None:
         make_strategy("dpsgd:ring,staleness=3")
     with pytest.raises(ConfigError, match="given twice"):
         make_strategy("dpsgd:ring,topology=torus")
+
+
+def test_uses_gradients_tells_adapters_which_strategies_need_the_gradient() -> None:
+    needs = {name for name in STRATEGIES if make_strategy(name).uses_gradients}
+    assert needs == {"allreduce", "fast"}
+    assert make_strategy("dpsgd:warmup=5").uses_gradients  # warm-up runs all-reduce
+    assert not make_strategy("dpsgd:every=2").uses_gradients
+    assert make_strategy("fast:every=2").uses_gradients

@@ -30,20 +30,30 @@ class AsyncAveraging(Strategy):
     """x_i <- w_ii x_i + sum_j w_ij x_j^(newest), never waiting unless a neighbour is > ``staleness`` steps behind.
 
     A background thread sends this worker's parameters after every step and keeps the newest parameters of each
-    in-neighbour, whatever step they come from. A neighbour not heard from yet lends its weight to the worker
-    itself. ``staleness=None`` (or inf) never waits; ``staleness=s`` waits (with a timeout naming the neighbour)
+    in-neighbour, whatever step they come from. Each message is mixed once: a neighbour with nothing new since
+    the last step (or not heard from yet) lends its weight to the worker itself, so a stalled neighbour's old
+    parameters do not keep pulling the model back (``remix_stale=True`` re-mixes the newest message at every
+    step, the literal reading of the method; it trained 1-3 points worse on the CNN example, see the README).
+    ``staleness=None`` (or inf) never waits; ``staleness=s`` waits (with a timeout naming the neighbour)
     until every neighbour has reached at least step k - s.
     """
 
     name = "async"
     lockstep = False
 
-    def __init__(self, topology: str | Topology = "torus", staleness: float | None = None, weights: str = "uniform"):
+    def __init__(
+        self,
+        topology: str | Topology = "torus",
+        staleness: float | None = None,
+        weights: str = "uniform",
+        remix_stale: bool = False,
+    ):
         if staleness is not None and not (staleness >= 0):
             raise ConfigError(f"staleness must be >= 0 steps (or None for no bound), got {staleness}")
         self.topology = topology
         self.staleness = None if staleness is None or math.isinf(staleness) else int(staleness)
         self.weights = weights
+        self.remix_stale = bool(remix_stale)
 
     def setup(self, worker: Worker) -> None:
         self._graph = static_topology(self.topology, worker.size, self.weights, "async averaging")
@@ -70,7 +80,7 @@ class AsyncAveraging(Strategy):
         heard = []
         for peer, weight in self._in_weights.items():
             message = mailbox.take(peer)
-            if message is not None:
+            if message is not None and (message.fresh or self.remix_stale):
                 heard.append((weight, message.payload))
                 worker.metrics.record_staleness(max(0, step - message.step))
         self_weight = self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)

@@ -24,6 +24,12 @@ class Strategy:
         (Worker.join); asynchronous strategies are False."""
         return bool(getattr(self, "synchronous", True))
 
+    @property
+    def uses_gradients(self) -> bool:
+        """True when the strategy reads or replaces gradients (all-reduce, FAST): an adapter must then expose the
+        gradient and apply one through the user's optimizer; parameter strategies need only the parameters."""
+        return type(self).before_step is not Strategy.before_step
+
     def setup(self, worker: Worker) -> None:
         """Allocate buffers and start whatever communication precedes the first step."""
 

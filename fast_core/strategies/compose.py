@@ -47,6 +47,10 @@ class Every(Strategy):
     def lockstep(self) -> bool:
         return self.inner.lockstep
 
+    @property
+    def uses_gradients(self) -> bool:
+        return self.inner.uses_gradients
+
     def _due(self, worker: Worker) -> bool:
         return (worker.step + 1) % self.k == 0
 
@@ -128,6 +132,10 @@ class Schedule(Strategy):
     @property
     def lockstep(self) -> bool:
         return any(strategy.lockstep for _, strategy in self.phases)
+
+    @property
+    def uses_gradients(self) -> bool:
+        return any(strategy.uses_gradients for _, strategy in self.phases)
 
     @property
     def active(self) -> Strategy:
