@@ -17,6 +17,7 @@ from .engine import Engine, Request
 from .flat import check_same_layout
 from .metrics import Metrics
 from .strategies import Strategy, make_strategy
+from .strategies.spec import strategy_from_environment
 
 log = logging.getLogger("fast")
 
@@ -27,7 +28,7 @@ class Worker:
     def __init__(
         self,
         model: ModelAdapter,
-        strategy: Strategy | str,
+        strategy: Strategy | str | None,
         engine: Engine,
         *,
         broadcast_start: bool = True,
@@ -35,7 +36,10 @@ class Worker:
     ) -> None:
         self.model = model
         self.engine = engine
-        self.strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
+        if strategy is None:  # the script names none: `fast run --strategy` (FAST_STRATEGY) or all-reduce
+            self.strategy = strategy_from_environment()
+        else:
+            self.strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
         self.rank = engine.rank
         self.size = engine.size
         self.step = 0

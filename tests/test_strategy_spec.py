@@ -41,3 +41,21 @@ def test_uses_gradients_tells_adapters_which_strategies_need_the_gradient() -> N
     assert make_strategy("dpsgd:warmup=5").uses_gradients  # warm-up runs all-reduce
     assert not make_strategy("dpsgd:every=2").uses_gradients
     assert make_strategy("fast:every=2").uses_gradients
+
+
+def test_strategy_from_environment_is_what_fast_run_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fast_core.strategies.spec import strategy_from_environment
+
+    monkeypatch.delenv("FAST_STRATEGY", raising=False)
+    monkeypatch.delenv("FAST_TOPOLOGY", raising=False)
+    assert isinstance(strategy_from_environment(), AllReduce)
+    monkeypatch.setenv("FAST_STRATEGY", "dpsgd")
+    monkeypatch.setenv("FAST_TOPOLOGY", "exp")
+    assert isinstance(strategy_from_environment(), DPSGD) and strategy_from_environment().topology == "exp"
+    monkeypatch.setenv("FAST_STRATEGY", "dpsgd:ring")  # the strategy's own topology wins
+    assert strategy_from_environment().topology == "ring"
+    monkeypatch.setenv("FAST_STRATEGY", "gossip:push")  # a bare item there is the variant, not a topology
+    assert strategy_from_environment().variant == "push"
+    monkeypatch.setenv("FAST_STRATEGY", "dpsgdd")
+    with pytest.raises(ConfigError, match="did you mean 'dpsgd'"):
+        strategy_from_environment()

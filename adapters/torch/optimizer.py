@@ -23,12 +23,14 @@ _STATE_KEY = "fast"
 def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     optimizer: torch.optim.Optimizer,
     model: torch.nn.Module,
-    strategy: Strategy | str = "allreduce",
+    strategy: Strategy | str | None = None,
     *,
     engine: Engine | None = None,
     log_every: int | None = None,
 ) -> torch.optim.Optimizer:
     """Hook ``optimizer`` so ``strategy`` runs at every ``optimizer.step()``; returns ``optimizer`` itself.
+
+    With no ``strategy``, the one ``fast run --strategy`` passes (``FAST_STRATEGY``), else all-reduce.
 
     The model's parameters become views of one flat buffer, all ranks start from rank 0's parameters (and
     buffers), and the optimizer must hold exactly the model's trainable parameters.

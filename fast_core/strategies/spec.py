@@ -9,6 +9,7 @@ runs all-reduce for W steps first (``Schedule``), e.g. "dpsgd:exp1,every=4,warmu
 from __future__ import annotations
 
 import difflib
+import os
 import inspect
 from collections.abc import Callable
 
@@ -114,3 +115,23 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
     if steps is not None:
         strategy = warmup(steps, strategy)
     return strategy
+
+
+STRATEGY_VARIABLE = "FAST_STRATEGY"
+TOPOLOGY_VARIABLE = "FAST_TOPOLOGY"
+DEFAULT_STRATEGY = "allreduce"
+
+
+def strategy_from_environment(default: str = DEFAULT_STRATEGY) -> Strategy:
+    """The strategy a script gets when it names none: ``FAST_STRATEGY`` (set by ``fast run --strategy``), else
+    ``default``; ``FAST_TOPOLOGY`` (``fast run --topology``) sets the topology of a strategy that takes one and
+    whose string does not name one already."""
+    spec = os.environ.get(STRATEGY_VARIABLE, "").strip() or default
+    topology = os.environ.get(TOPOLOGY_VARIABLE, "").strip()
+    if topology:
+        name, options = parse_strategy(spec)
+        factory = STRATEGIES.get(name)
+        takes_topology = factory is not None and "topology" in inspect.signature(factory).parameters
+        if takes_topology and "topology" not in options and getattr(factory, "bare_option", "topology") == "topology":
+            return make_strategy(spec, topology=topology)
+    return make_strategy(spec)
