@@ -9,8 +9,8 @@ runs all-reduce for W steps first (``Schedule``), e.g. "dpsgd:exp1,every=4,warmu
 from __future__ import annotations
 
 import difflib
-import os
 import inspect
+import os
 from collections.abc import Callable
 
 from ..errors import ConfigError
