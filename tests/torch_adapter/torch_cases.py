@@ -2,26 +2,21 @@
 
     OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py tests/torch_adapter/torch_cases.py [--epochs E] [strategy ...]
 
-Trains examples/torch_digits.py's model once per strategy, all-reduce first, and checks that the averaged model's
-test accuracy is within ``--tolerance`` of all-reduce's. Rank 0 prints one line per strategy and a final
+Trains the digits model of examples/torch_mnist1d.py once per strategy, all-reduce first, and checks that the
+averaged model's test accuracy is within ``--tolerance`` of all-reduce's. Rank 0 prints one line per strategy and a final
 ``N passed, M failed`` line; a failure raises on every rank, so ``python -m mpi4py`` aborts the job (exit code != 0).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-
-import torch_digits  # noqa: E402
-
-import fast_torch as fast  # noqa: E402
+import fast_torch as fast
+from fast_examples import torch_mnist1d
 
 COMPARED = [
     "localsgd:period=4",
@@ -60,7 +55,7 @@ def main() -> None:
 
     def run(strategy: str) -> tuple[float, float]:
         start = time.perf_counter()
-        result = torch_digits.train(strategy, epochs=args.epochs, verbose=False)
+        result = torch_mnist1d.train(strategy, "digits", epochs=args.epochs, verbose=False)
         return result, time.perf_counter() - start
 
     reference, seconds = run("allreduce")

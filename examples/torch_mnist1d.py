@@ -1,11 +1,11 @@
-"""FAST with PyTorch: a small CNN on scikit-learn's real 8x8 digits, trained on 4 MPI ranks.
+"""FAST with PyTorch: a small CNN on MNIST-1D (made locally) or scikit-learn's real 8x8 digits, on 4 MPI ranks.
 
-    OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py examples/torch_digits.py --strategy dpsgd:ring
+    OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py examples/torch_mnist1d.py --strategy dpsgd:ring [--data digits]
 
 Each rank trains on its own shard (``fast.shard``); ``fast.DistributedOptimizer`` runs the strategy around the
-optimizer's own step. At each epoch end every rank scores its replica on the same held-out validation digits
-(FAST restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the
-mean loss of all ranks and their consensus distance; at the end, the test accuracy of the averaged model.
+optimizer's own step. At each epoch end every rank scores its replica on the same held-out validation set (FAST
+restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the mean loss
+of all ranks and their consensus distance; at the end, the test accuracy of the averaged model.
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -19,26 +19,41 @@ import torch
 from torch.utils.data import TensorDataset
 
 import fast_torch as fast
-from fast_core.datasets import digits, train_test_split
+from fast_core import Strategy
+from fast_core.datasets import TASKS, Task, example_task
+from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
 
-def load_data(seed: int = 0, test_fraction: float = 0.2, val_fraction: float = 0.1) -> tuple[Split, Split, Split]:
-    """(train, validation, test) as (images N x 1 x 8 x 8 float32, labels int64), the same on every rank."""
-    x, y = digits()
-    x_train, y_train, x_test, y_test = train_test_split(x, y, test_fraction=test_fraction, seed=seed)
-    x_train, y_train, x_val, y_val = train_test_split(x_train, y_train, test_fraction=val_fraction, seed=seed + 1)
+def load_data(name: str = "mnist1d", seed: int = 0) -> tuple[Task, Split, Split, Split]:
+    """The task and its (train, validation, test) splits as tensors with a channel axis, the same on every rank."""
+    task = example_task(name, seed)
 
-    def tensors(images: np.ndarray, labels: np.ndarray) -> Split:
-        return torch.from_numpy(images.reshape(-1, 1, 8, 8).astype(np.float32)), torch.from_numpy(labels)
+    def tensors(split: tuple[np.ndarray, np.ndarray]) -> Split:
+        images, labels = split
+        return torch.from_numpy(images.reshape(-1, 1, *task.sample_shape)), torch.from_numpy(labels)
 
-    return tensors(x_train, y_train), tensors(x_val, y_val), tensors(x_test, y_test)
+    return task, tensors(task.train), tensors(task.validation), tensors(task.test)
 
 
-def build_model(seed: int = 0) -> torch.nn.Module:
-    """Two 3x3 convolutions, a 2x2 max-pool and a linear classifier (about 10k float32 parameters)."""
+def build_model(task: Task, seed: int = 0) -> torch.nn.Module:
+    """A small CNN: 1-D for MNIST-1D (about 9k float32 parameters), 2-D for the 8x8 digits (about 10k)."""
     torch.manual_seed(seed)
+    if len(task.sample_shape) == 1:
+        length = task.sample_shape[0]
+        return torch.nn.Sequential(
+            torch.nn.Conv1d(1, 32, 5, padding=2),
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(32, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool1d(2),
+            torch.nn.Conv1d(32, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool1d(2),
+            torch.nn.Flatten(),
+            torch.nn.Linear(32 * (length // 4), task.classes),
+        )
     return torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 3, padding=1),
         torch.nn.ReLU(),
@@ -46,7 +61,7 @@ def build_model(seed: int = 0) -> torch.nn.Module:
         torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
         torch.nn.Flatten(),
-        torch.nn.Linear(32 * 4 * 4, 10),
+        torch.nn.Linear(32 * 4 * 4, task.classes),
     )
 
 
@@ -60,7 +75,8 @@ def accuracy(model: torch.nn.Module, data: Split) -> float:
 
 
 def train(
-    strategy: str = "dpsgd:ring",
+    strategy: str | Strategy = "dpsgd:ring",
+    data: str = "mnist1d",
     epochs: int = 10,
     batch_size: int = 16,
     lr: float = 0.05,
@@ -69,15 +85,15 @@ def train(
 ) -> float:
     """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy."""
     engine = fast.init()
-    train_set, val_set, test_set = load_data(seed)
+    task, train_set, val_set, test_set = load_data(data, seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
-    model = build_model(seed)
+    model = build_model(task, seed)
     opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), model, strategy=strategy)
     worker = opt.fast_worker
     if verbose and engine.rank == 0:
         print(
-            f"{engine.size} workers, strategy {worker.strategy}, {len(loader) * batch_size} training digits each, "
-            f"{len(val_set[1])} for validation, {len(test_set[1])} for testing"
+            f"{engine.size} workers, strategy {worker.strategy}, {task.name}: {len(loader) * batch_size} training "
+            f"samples each, {len(val_set[1])} for validation, {len(test_set[1])} for testing"
         )
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)
@@ -108,13 +124,22 @@ def train(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--strategy", default="dpsgd:ring", help="e.g. allreduce, dpsgd:ring, async:torus, fast:torus")
+    parser.add_argument(
+        "--strategy", help="e.g. allreduce, dpsgd:ring, async:torus, fast:torus (default: fast run's, else dpsgd:ring)"
+    )
+    parser.add_argument("--data", choices=TASKS, default="mnist1d", help="the task (both made locally, no download)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    train(args.strategy, args.epochs, args.batch_size, args.lr)
+    train(
+        args.strategy or strategy_from_environment(default="dpsgd:ring"),
+        args.data,
+        args.epochs,
+        args.batch_size,
+        args.lr,
+    )
 
 
 if __name__ == "__main__":
