@@ -4,7 +4,8 @@
 
 Trains the digits model of examples/torch_mnist1d.py once per strategy, all-reduce first, and checks that the
 averaged model's test accuracy is within ``--tolerance`` of all-reduce's. Rank 0 prints one line per strategy and
-a final ``N passed, M failed`` line; a failure raises on every rank, so ``python -m mpi4py`` aborts the job (exit code != 0).
+a final ``N passed, M failed`` line; a failure raises on every rank, so ``python -m mpi4py`` aborts the job
+(exit code != 0).
 """
 
 from __future__ import annotations
