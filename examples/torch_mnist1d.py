@@ -5,7 +5,10 @@
 Each rank trains on its own shard (``fast.shard``); ``fast.DistributedOptimizer`` runs the strategy around the
 optimizer's own step. At each epoch end every rank scores its replica on the same held-out validation set (FAST
 restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the mean loss
-of all ranks and their consensus distance; at the end, the test accuracy of the averaged model.
+of all ranks and their consensus distance (both collectives, so asynchronous strategies report rank 0's own loss
+instead, not to wait for the slowest rank); at the end, the test accuracy of the averaged model. Under ``fast run``
+the worker also records loss and samples per step and each replica's validation accuracy per epoch; ``--ddp`` trains
+with torch's DistributedDataParallel instead, the baseline of ``fast bench --compare-ddp``.
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -16,11 +19,14 @@ import argparse
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
 import fast_torch as fast
 from fast_core import Strategy
 from fast_core.datasets import TASKS, Task, example_task
+from fast_core.reporting import epoch_summary
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -82,37 +88,50 @@ def train(
     lr: float = 0.05,
     seed: int = 0,
     verbose: bool = True,
+    ddp: bool = False,
 ) -> float:
-    """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy."""
+    """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy.
+
+    ``ddp``: DistributedDataParallel averages the gradients instead, FAST's worker only counts steps and reports."""
     engine = fast.init()
     task, train_set, val_set, test_set = load_data(data, seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
     model = build_model(task, seed)
+    if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT come from the environment (fast run sets them)
+        dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
+        strategy = Strategy()  # the base Strategy exchanges nothing
     opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), model, strategy=strategy)
     worker = opt.fast_worker
+    step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
     if verbose and engine.rank == 0:
         print(
-            f"{engine.size} workers, strategy {worker.strategy}, {task.name}: {len(loader) * batch_size} training "
-            f"samples each, {len(val_set[1])} for validation, {len(test_set[1])} for testing"
+            f"{engine.size} workers, strategy {'DDP (gloo)' if ddp else worker.strategy}, {task.name}: "
+            f"{len(loader) * batch_size} training samples each, {len(val_set[1])} for validation, "
+            f"{len(test_set[1])} for testing"
         )
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)
         total, batches = 0.0, 0
         for images, labels in loader:
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss = torch.nn.functional.cross_entropy(step_model(images), labels)
             loss.backward()
             opt.step()
             total += loss.item()
             batches += 1
-        mean_loss = np.array([total / max(batches, 1)])
-        worker.engine.allreduce(mean_loss)
-        spread = worker.consensus_distance()  # before FAST's restart, which would make it 0
-        worker.end_epoch(accuracy(model, val_set))  # FAST: every rank restarts from the best replica
+            worker.record(loss=loss.item(), samples=len(labels))  # fast run's log and progress bar
+        mean_loss, spread = epoch_summary(worker, total / max(batches, 1))  # before FAST's restart makes spread 0
+        val_accuracy = accuracy(model, val_set)
+        worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+        worker.end_epoch(val_accuracy)  # FAST: every rank restarts from the best replica
         if verbose and engine.rank == 0:
-            print(f"epoch {epoch + 1:3d}  loss {mean_loss[0] / engine.size:.4f}  consensus distance {spread:.2e}")
+            spread_text = "n/a" if spread is None else f"{spread:.2e}"
+            print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
     fast.average_model(model)  # closes the worker first: no message is left in flight
     test_accuracy = accuracy(model, test_set)
+    worker.record_result(test_accuracy=test_accuracy)
+    if ddp:
+        dist.destroy_process_group()
     if verbose and engine.rank == 0:
         metrics = worker.metrics.as_dict()
         print(
@@ -131,6 +150,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
+    parser.add_argument("--ddp", action="store_true", help="train with DistributedDataParallel (gloo) instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     train(
@@ -139,6 +159,7 @@ def main() -> None:
         args.epochs,
         args.batch_size,
         args.lr,
+        ddp=args.ddp,
     )
 
 

@@ -16,6 +16,8 @@ from .contract import ModelAdapter
 from .engine import Engine, Request
 from .flat import check_same_layout
 from .metrics import Metrics
+from .reporting import reporter_from_environment
+from .straggler import straggler_from_environment
 from .strategies import Strategy, make_strategy
 from .strategies.spec import strategy_from_environment
 
@@ -51,6 +53,9 @@ class Worker:
         still training at every step, and a rank out of data calls join()."""
         self._started = False
         self._closed = False
+        # under `fast run` (or with its environment variables): records, progress bar, a simulated straggler
+        self._reporter = reporter_from_environment(self.rank)
+        self._straggler = straggler_from_environment(self.rank, self.size)
 
     @property
     def layout(self):
@@ -65,11 +70,17 @@ class Worker:
             self.broadcast_params(root=0)
         self.strategy.setup(self)
         self._started = True
+        if self._reporter is not None:
+            self._reporter.start(self)
+        if self._straggler is not None:
+            self._straggler.restart()
         return self
 
     def before_step(self) -> None:
         """Hook between backward and the optimizer step (gradient strategies act here)."""
         self._ensure_started()
+        if self._straggler is not None:
+            self._straggler.slow_down()
         if self.uneven_inputs and self.strategy.lockstep:
             self.count_active(True)
         self.strategy.before_step(self)
@@ -82,6 +93,10 @@ class Worker:
         self.metrics.steps = self.step
         if self.log_every and self.step % self.log_every == 0:
             self.log_metrics()
+        if self._reporter is not None:
+            self._reporter.after_step(self)
+        if self._straggler is not None:
+            self._straggler.restart()
 
     def log_metrics(self) -> dict[str, float | int | None]:
         """Log this rank's metrics on the ``fast`` logger (INFO) and return them as a dict."""
@@ -120,12 +135,35 @@ class Worker:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
         self._ensure_started()
         self.strategy.end_epoch(self, metric)
+        if self._straggler is not None:
+            self._straggler.restart()  # the epoch's evaluation is not compute to stretch
+
+    def record(self, **values: float) -> None:
+        """This step's numbers for the run log and progress bar under `fast run`, e.g. ``record(loss=0.3,
+        samples=32)``: averaged between records (``samples`` adds up). Free when not under `fast run`."""
+        if self._reporter is not None:
+            self._reporter.values(values)
+
+    def record_epoch(self, **values: float) -> None:
+        """One "epoch" record now, e.g. ``record_epoch(val_accuracy=0.93, loss=0.2)``, with the metrics and the
+        last consensus distance computed (epochs are counted unless ``epoch=`` is given)."""
+        if self._reporter is not None:
+            self._reporter.epoch(self, values)
+        if self._straggler is not None:
+            self._straggler.restart()
+
+    def record_result(self, **values: float) -> None:
+        """Final numbers of the run, e.g. ``record_result(test_accuracy=0.95)``, also after ``close()``."""
+        if self._reporter is not None:
+            self._reporter.result(self, values)
 
     def close(self) -> None:
         """Finish pending communication; call once at the end of training on every rank."""
         if self._started and not self._closed:
             self.strategy.close(self)
             self._closed = True
+            if self._reporter is not None:
+                self._reporter.close(self)
             log.debug("rank %d closed after %d steps", self.rank, self.step)
 
     def _ensure_started(self) -> None:

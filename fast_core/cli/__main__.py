@@ -1,0 +1,5 @@
+"""``python -m fast_core.cli``: the `fast` command, for environments whose scripts folder is not on PATH."""
+
+from . import main
+
+main()

@@ -1,0 +1,86 @@
+"""What every subcommand shares: the user-facing error, messages on stderr, checks of strategy, topology and N."""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import re
+import sys
+from pathlib import Path
+from unittest import mock
+
+from ..strategies import Strategy
+from ..strategies.spec import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    STRATEGY_VARIABLE,
+    TOPOLOGY_VARIABLE,
+    parse_strategy,
+    strategy_from_environment,
+)
+from ..topology import make_topology
+
+
+class CLIError(Exception):
+    """A mistake the user can fix: printed as ``fast: error: <message>`` with exit status 2, no traceback."""
+
+
+def say(message: str) -> None:
+    print(f"fast: {message}", file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    print(f"fast: warning: {message}", file=sys.stderr, flush=True)
+
+
+def positive(text: str) -> int:
+    """argparse type: a whole number >= 1 (ranks, steps)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(text)
+    return int(text)
+
+
+def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
+    """More workers than CPUs is allowed (MPICH runs them), but the user should know what their numbers mean."""
+    cpus = os.cpu_count() or 1
+    if hostfile is None and workers > cpus:
+        warn(
+            f"{workers} workers on a machine with {cpus} CPUs (os.cpu_count() = {cpus}): they share the cores, so "
+            "each computes slower and steps/s measure the sharing; fine to compare strategies side by side, "
+            f"use -n {cpus} or --hostfile for real throughput"
+        )
+
+
+def check_strategy(spec: str | None, topology: str | None, workers: int) -> Strategy:
+    """The strategy the ranks will build from FAST_STRATEGY / FAST_TOPOLOGY, built here first so that a typo is one
+    message now rather than a traceback on every rank; named topologies are built for ``workers`` ranks."""
+    given = {STRATEGY_VARIABLE: spec, TOPOLOGY_VARIABLE: topology}
+    with mock.patch.dict(os.environ, {name: value for name, value in given.items() if value}):
+        strategy = strategy_from_environment()
+        effective = os.environ.get(STRATEGY_VARIABLE, "").strip() or DEFAULT_STRATEGY
+    name, options = parse_strategy(effective)
+    named = options.get("topology")
+    if isinstance(named, str) and "topology" in inspect.signature(STRATEGIES[name]).parameters:
+        make_topology(named, workers)
+    if topology:
+        make_topology(topology, workers)
+        if named is not None or "topology" not in inspect.signature(STRATEGIES[name]).parameters:
+            warn(f"--topology {topology} is not used: strategy '{effective}' names its own topology or takes none")
+    return strategy
+
+
+def slug(text: str) -> str:
+    """A strategy string as a folder name: ``async:torus,staleness=1`` -> ``async-torus-staleness-1``."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "run"
+
+
+def new_run_dir(name: str, parent: Path = Path("runs")) -> Path:
+    """``runs/<date>-<time>-<name>``, with a counter if two runs start in the same second."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = parent / f"{stamp}-{slug(name)}"
+    count = 1
+    while path.exists():
+        count += 1
+        path = parent / f"{stamp}-{slug(name)}-{count}"
+    return path

@@ -1,0 +1,240 @@
+"""Start N workers under mpiexec and stop every one of them again, whatever happens.
+
+The command is always ``mpiexec -n N python -m mpi4py <script or -m module> [args]``: under ``-m mpi4py`` an
+exception on one rank aborts the whole job instead of leaving the others waiting. mpiexec runs in its own session,
+so a Ctrl-C at the terminal reaches only this launcher, which forwards it (and SIGTERM) to mpiexec, which passes it
+to the ranks; after a grace period, or at a second Ctrl-C, every process of the job is killed (SIGKILL), found by
+walking /proc from mpiexec (MPICH starts each rank in a session of its own, so no process group holds them all).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from .common import CLIError, say
+
+INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
+
+
+def find_mpiexec(explicit: str | None = None) -> str:
+    """``explicit`` if given, else the mpiexec next to this Python (the one the ``mpi`` extra installs), else PATH."""
+    if explicit:
+        found = shutil.which(explicit)
+        if found is None:
+            raise CLIError(f"--mpiexec {explicit}: no such executable")
+        return found
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise CLIError(f"mpiexec not found next to {sys.executable} nor on PATH; install it with: {INSTALL_HINT}")
+    return found
+
+
+def flavour(mpiexec: str) -> str:
+    """'hydra' (MPICH, Intel MPI), 'openmpi', or 'other': their options differ for hostfiles and environment."""
+    try:
+        text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "other"
+    if "HYDRA" in text.upper():
+        return "hydra"
+    return "openmpi" if ("Open MPI" in text or "OpenRTE" in text or "PRRTE" in text.upper()) else "other"
+
+
+def python_target(script: str | None, module: str | None, args: Sequence[str]) -> list[str]:
+    """``python -m mpi4py script args`` or ``python -m mpi4py -m module args``, checked before any launch."""
+    if module:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise CLIError(f"no module named '{module}' (for -m); is the package installed in {sys.executable}?")
+        return [sys.executable, "-m", "mpi4py", "-m", module, *args]
+    if script is None:
+        raise CLIError("name a script to run (fast run -n 4 train.py) or a module (fast run -n 4 -m package.train)")
+    if not Path(script).is_file():
+        hint = " (a module? use -m)" if "/" not in script and not script.endswith(".py") else ""
+        raise CLIError(f"script not found: {script}{hint}")
+    return [sys.executable, "-m", "mpi4py", script, *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Job:
+    """One mpiexec launch: what to run, on how many ranks, with which variables added to the environment."""
+
+    target: list[str]
+    workers: int
+    variables: dict[str, str] = field(default_factory=dict)
+    mpiexec: str | None = None
+    hostfile: str | None = None
+
+    def __post_init__(self) -> None:  # what can be wrong is found before anything starts
+        self.mpiexec = find_mpiexec(self.mpiexec)
+        if self.hostfile is not None and not Path(self.hostfile).is_file():
+            raise CLIError(f"hostfile not found: {self.hostfile}")
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The mpiexec command line and the full environment of the launch."""
+        kind = flavour(self.mpiexec)
+        env = dict(os.environ)
+        added = dict(self.variables)
+        added.setdefault("PYTHONUNBUFFERED", "1")  # prints reach the terminal as they happen
+        if "OMP_NUM_THREADS" not in env:  # N ranks each with a thread per core would fight over the cores
+            added["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.workers))
+        if self.hostfile is None and "MASTER_ADDR" not in env:  # torch.distributed's env:// rendezvous on this host
+            added.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        env.update(added)
+        command = [self.mpiexec, "-n", str(self.workers)]
+        if self.hostfile:
+            command += ["-f" if kind == "hydra" else "--hostfile", self.hostfile]
+        if kind == "openmpi":  # Open MPI forwards only the variables it is told to, and refuses more ranks than cores
+            for name in added:
+                command += ["-x", name]
+            if self.hostfile is None and self.workers > (os.cpu_count() or 1):
+                command.append("--oversubscribe")
+        return command + self.target, env
+
+
+@dataclass
+class _Stop:
+    """The launcher's state once asked to stop: first signal, deadline, processes seen (pid, start time)."""
+
+    signal: int = 0
+    deadline: float = float("inf")
+    seen: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time) from /proc; empty where there is no /proc."""
+    table = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(entry)] = (int(fields[1]), int(fields[19]))  # ppid, starttime (fields 4 and 22 of stat)
+    return table
+
+
+def descendants(pid: int) -> set[tuple[int, int]]:
+    """Every process below ``pid``, as (pid, start time) so a pid reused later is never killed."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add((child, table[child][1]))
+            todo.append(child)
+    return found
+
+
+def kill_all(processes: set[tuple[int, int]]) -> None:
+    """SIGKILL each process that is still the one seen (same start time)."""
+    table = _process_table()
+    for pid, started in processes:
+        if pid in table and table[pid][1] == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
+    """Copy the job's output to ``log`` (and to our stdout if ``echo``) as bytes arrive: progress bars redraw with
+    \\r, without newlines."""
+    shown = getattr(sys.stdout, "buffer", None) if echo else None
+    log.parent.mkdir(parents=True, exist_ok=True)
+
+    def copy() -> None:
+        with open(log, "ab") as sink:
+            while chunk := os.read(source.fileno(), 65536):
+                for out in (sink, shown) if shown is not None else (sink,):
+                    out.write(chunk)
+                    out.flush()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool = True) -> int:
+    """Run ``job`` to its end and return its exit status (the worst rank's; 128 + signal if stopped by one).
+
+    ``log``: write everything the ranks print (stdout and stderr) to this file, and show it too if ``echo``.
+    """
+    command, env = job.command()
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if log is not None else {}
+    stop = _Stop()
+    started: list[subprocess.Popen] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.signal:  # a second Ctrl-C: no more patience
+            stop.deadline = 0.0
+            return
+        stop.signal, stop.deadline = signum, time.monotonic() + grace
+        say(f"stopping the {job.workers} workers ({signal.Signals(signum).name}; again to kill them at once)")
+        for proc in started:
+            stop.seen |= descendants(proc.pid)
+            proc.send_signal(signum)
+
+    # handlers first: a Ctrl-C right after the start must not leave mpiexec running in its own session
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(command, env=env, start_new_session=True, **pipes)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    started.append(proc)
+    if stop.signal:  # asked to stop while starting
+        proc.send_signal(stop.signal)
+    copier = _tee(proc.stdout, log, echo) if log is not None else None
+    try:
+        while proc.poll() is None:
+            if time.monotonic() >= stop.deadline:
+                say(f"the workers did not stop within {grace:g} s: killing them")
+                stop.seen |= descendants(proc.pid)
+                kill_all(stop.seen)
+                proc.kill()
+                stop.deadline = float("inf")
+            time.sleep(0.05)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if stop.signal:  # whatever mpiexec left behind
+            kill_all(stop.seen)
+        if copier is not None:
+            copier.join(timeout=5)
+    status = proc.returncode
+    if status < 0:
+        status = 128 - status
+    if stop.signal and status == 0:
+        status = 128 + stop.signal
+    return status

@@ -1,0 +1,85 @@
+"""`fast bench`'s figures, from rank 0's records of each run (matplotlib, Agg backend: no display needed).
+
+loss.png: rank 0's training loss (each record's mean over its steps, then a running mean over 5 records) against
+steps and against seconds.
+accuracy.png: validation accuracy at each epoch end against seconds, and the job's samples/s per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .summary import Records, Row
+
+
+def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list[float], list[float], list[float]]:
+    """(steps, seconds, values) of ``key`` over rank 0's records of ``kind``."""
+    chosen = [r for r in records if r.get("kind") == kind and r.get(key) is not None]
+    return [r["step"] for r in chosen], [r["time"] for r in chosen], [r[key] for r in chosen]
+
+
+def smooth(values: list[float], window: int = 5) -> list[float]:
+    """Running mean over up to ``window`` records ending at each one: rank 0's batch losses are noisy."""
+    sums = np.cumsum([0.0, *values])
+    return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
+
+
+def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -> list[Path]:
+    """Write loss.png and accuracy.png into ``out``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {label: f"C{i}" for i, label in enumerate(runs)}
+    written = []
+
+    fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, ranks in runs.items():
+        steps, seconds, loss = _series(ranks.get(0, []), "step", "loss")
+        loss = smooth(loss)
+        by_step.plot(steps, loss, label=label, color=colours[label], linewidth=1.4)
+        by_time.plot(seconds, loss, label=label, color=colours[label], linewidth=1.4)
+    by_step.set_xlabel("step")
+    by_time.set_xlabel("seconds since training started")
+    for ax in (by_step, by_time):
+        ax.set_ylabel("training loss (rank 0, running mean)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    by_time.legend(title="strategy")
+    fig.suptitle(title)
+    fig.tight_layout()
+    written.append(out / "loss.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, (accuracy, speed) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    for label, ranks in runs.items():
+        _, seconds, values = _series(ranks.get(0, []), "epoch", "val_accuracy")
+        accuracy.plot(seconds, values, marker="o", markersize=3, label=label, color=colours[label], linewidth=1.4)
+    accuracy.set_xlabel("seconds since training started")
+    accuracy.set_ylabel("validation accuracy at epoch ends (rank 0)")
+    accuracy.grid(True, alpha=0.3)
+    accuracy.legend(title="strategy", loc="lower right")
+    measured = [r for r in rows if r.samples_per_second is not None]
+    speed.barh(
+        [r.label for r in measured],
+        [r.samples_per_second for r in measured],
+        color=[colours[r.label] for r in measured],
+    )
+    for index, row in enumerate(measured):
+        speed.text(row.samples_per_second, index, f" {row.samples_per_second:.0f}", va="center", fontsize=9)
+    speed.invert_yaxis()
+    speed.set_xlabel("samples/s (all ranks)")
+    speed.margins(x=0.2)
+    speed.grid(True, axis="x", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    written.append(out / "accuracy.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written

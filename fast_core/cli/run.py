@@ -1,0 +1,142 @@
+"""``fast run -n 4 [--strategy S] [--topology T] script.py [args]``: N workers on this machine, no mpiexec flags.
+
+The strategy and topology reach the script through FAST_STRATEGY / FAST_TOPOLOGY (``Worker(strategy=None)`` and
+``fast_torch.DistributedOptimizer`` read them), the run folder and progress options through FAST_RUN_DIR and
+friends (``fast_core.runlog``), a simulated straggler through FAST_STRAGGLER: the script needs no arguments of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ..runlog import LABEL_VARIABLE, LOG_EVERY_VARIABLE, PROGRESS_VARIABLE, RUN_DIR_VARIABLE, RUN_FILE, VERBOSE_VARIABLE
+from ..straggler import STRAGGLER_RANK_VARIABLE, STRAGGLER_VARIABLE
+from ..strategies.spec import STRATEGY_VARIABLE, TOPOLOGY_VARIABLE
+from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
+from .launch import Job, python_target, run_job
+
+
+def add_launch_options(parser: argparse.ArgumentParser) -> None:
+    """Options `fast run` and `fast bench` share: ranks, straggler, cluster, output."""
+    parser.add_argument(
+        "-n",
+        "--np",
+        dest="workers",
+        type=positive,
+        default=os.cpu_count() or 1,
+        help="number of workers (MPI ranks); default: the number of CPUs",
+    )
+    parser.add_argument(
+        "--straggler",
+        type=float,
+        metavar="FACTOR",
+        help="make one rank FACTOR times slower: it sleeps (FACTOR-1) x its measured compute before each step",
+    )
+    parser.add_argument("--straggler-rank", type=int, metavar="R", help="which rank straggles (default: the last)")
+    parser.add_argument("--run-dir", type=Path, help="where records go (default: runs/<date>-<time>-<name>)")
+    parser.add_argument("--log-every", type=positive, default=10, metavar="K", help="a step record every K steps")
+    parser.add_argument("--verbose", action="store_true", help="every rank prints its records as lines")
+    parser.add_argument("--hostfile", help="run on the hosts listed there (passed to mpiexec)")
+    parser.add_argument("--mpiexec", metavar="PATH", help="this mpiexec instead of the one next to python or on PATH")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="after Ctrl-C, how long the workers get to stop before they are killed",
+    )
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a script on N workers",
+        description="Run a training script on N workers of this machine (or of a hostfile's), under mpiexec.",
+        epilog="example: fast run -n 4 --strategy dpsgd:ring train.py --epochs 3",
+    )
+    add_launch_options(parser)
+    parser.add_argument("--strategy", help="e.g. allreduce, dpsgd:ring, async:torus (FAST_STRATEGY)")
+    parser.add_argument("--topology", help="topology of a strategy that names none, e.g. ring, torus (FAST_TOPOLOGY)")
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a bar")
+    progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show a bar")
+    parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
+    parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
+    parser.set_defaults(handler=main)
+
+
+def straggler_variables(args: argparse.Namespace) -> dict[str, str]:
+    if args.straggler is None:
+        if args.straggler_rank is not None:
+            raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower)")
+        return {}
+    if args.straggler < 1:
+        raise CLIError(f"--straggler {args.straggler:g}: the factor is how many times slower, >= 1 (e.g. 3)")
+    rank = args.workers - 1 if args.straggler_rank is None else args.straggler_rank
+    if not 0 <= rank < args.workers:
+        raise CLIError(f"--straggler-rank {rank} is not a rank of {args.workers} workers (0..{args.workers - 1})")
+    return {STRAGGLER_VARIABLE: f"{args.straggler:g}", STRAGGLER_RANK_VARIABLE: str(rank)}
+
+
+def report_variables(run_dir: Path, args: argparse.Namespace, progress: bool, label: str) -> dict[str, str]:
+    """What the ranks' Worker reads to write records and show progress (fast_core.reporting)."""
+    variables = {
+        RUN_DIR_VARIABLE: str(run_dir.resolve()),
+        LOG_EVERY_VARIABLE: str(args.log_every),
+        LABEL_VARIABLE: label,
+    }
+    if progress:
+        variables[PROGRESS_VARIABLE] = "1"
+        variables["COLUMNS"] = str(shutil.get_terminal_size().columns)  # a rank's stdout is a pipe: tell tqdm
+    if args.verbose:
+        variables[VERBOSE_VARIABLE] = "1"
+    return variables
+
+
+def write_run_file(run_dir: Path, **fields: object) -> None:
+    """Create or update run.json, the launcher's description of the job."""
+    path = run_dir / RUN_FILE
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(fields)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def started(args: argparse.Namespace) -> dict[str, object]:
+    """What run.json says of every launch: the command line, the workers, the straggler, the start time."""
+    return {"command": sys.argv, "workers": args.workers, "straggler": args.straggler, "started": time.time()}
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.module and not args.target:
+        raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
+    target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
+    check_strategy(args.strategy, args.topology, args.workers)
+    variables = straggler_variables(args)
+    if args.strategy:
+        variables[STRATEGY_VARIABLE] = args.strategy
+    if args.topology:
+        variables[TOPOLOGY_VARIABLE] = args.topology
+    label = args.strategy or os.environ.get(STRATEGY_VARIABLE) or "default"
+    run_dir = args.run_dir or new_run_dir(label)
+    progress = sys.stdout.isatty() if args.progress is None else args.progress
+    job = Job(target, args.workers, variables, args.mpiexec, args.hostfile)
+    job.variables.update(report_variables(run_dir, args, progress, label))
+    warn_if_oversubscribed(args.workers, args.hostfile)
+    chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
+    straggling = f", rank {variables[STRAGGLER_RANK_VARIABLE]} {args.straggler:g}x slower" if args.straggler else ""
+    say(f"{args.workers} workers, {chosen}{straggling}; records in {run_dir}")
+    write_run_file(run_dir, **started(args), strategy=args.strategy, topology=args.topology, target=target[3:])
+    began = time.monotonic()
+    status = run_job(job, grace=args.grace)
+    write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3))
+    if status != 0:
+        say(f"the job ended with exit status {status}; records so far in {run_dir}")
+    return status

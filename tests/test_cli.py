@@ -1,0 +1,383 @@
+"""The `fast` command end to end (subprocesses, real mpiexec launches of 2-3 ranks) and the reporting it relies on.
+
+Core env: no deep-learning framework; the NumPy example is the training script. Launches are few and short (each
+pays NumPy, scikit-learn and mpi4py imports on every rank).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fast_core
+from fast_core.cli import main as fast_main
+from fast_core.cli.launch import descendants, find_mpiexec
+from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.progress import ProgressBar
+from fast_core.runlog import read_run
+from fast_core.straggler import Straggler, straggler_from_environment
+from fast_core.topology import ring
+
+ENTRY_POINT = Path(sys.executable).parent / "fast"  # what pip installs for the `fast` entry point
+FAST = [str(ENTRY_POINT)] if ENTRY_POINT.is_file() else [sys.executable, "-m", "fast_core.cli"]
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def fast(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the `fast` command as a user would (a fresh process), with output captured."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([*FAST, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_files(paths: list[Path], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() and p.read_text().strip() for p in paths):
+        assert time.monotonic() < deadline, f"the ranks never wrote {paths}"
+        time.sleep(0.1)
+
+
+# fast run ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.mpi
+def test_run_passes_the_strategy_and_writes_records_that_match_the_scripts_output(tmp_path: Path) -> None:
+    run = "run -n 2 --strategy allreduce --log-every 7"
+    example = ["-m", "fast_examples.numpy_digits", "--epochs", "2"]
+    done = fast(*run.split(), "--run-dir", str(tmp_path / "r"), *example)
+    assert done.returncode == 0, done.stderr
+    assert "2 workers, strategy AllReduce()" in done.stdout  # FAST_STRATEGY reached the script
+    ranks = read_run(tmp_path / "r")
+    assert sorted(ranks) == [0, 1]
+    printed = re.search(r"test accuracy of the averaged model: ([0-9.]+)  \((\d+) steps, ([0-9.]+) MB", done.stdout)
+    steps = int(printed.group(2))
+    for records in ranks.values():
+        kinds = [r["kind"] for r in records]
+        assert kinds[0] == "start" and kinds[-2:] == ["close", "result"], kinds
+        step_records = [r for r in records if r["kind"] == "step"]
+        assert [r["step"] for r in step_records] == [*range(7, steps + 1, 7), steps]  # every 7 steps, and the last
+        epochs = [r for r in records if r["kind"] == "epoch"]
+        assert [e["epoch"] for e in epochs] == [1, 2]
+        assert all(0.5 < e["val_accuracy"] <= 1 and e["consensus_distance"] == 0.0 for e in epochs)  # all-reduce
+        close = records[-2]
+        assert close["step"] == steps and close["samples"] == steps * 16  # batch 16, drop_last
+        assert records[-1]["test_accuracy"] == pytest.approx(float(printed.group(1)), abs=5e-5)
+    assert ranks[0][-2]["bytes_sent"] / 1e6 == pytest.approx(float(printed.group(3)), abs=5e-3)
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run["exit_status"] == 0 and run["workers"] == 2 and run["strategy"] == "allreduce"
+
+
+STRAGGLING = """
+import os, time
+import numpy as np
+import fast_core
+from fast_core.numpy_model import SGD, SoftmaxRegression
+
+engine = fast_core.init()
+model = SoftmaxRegression(4, 2, optimizer=SGD(0.1))
+worker = fast_core.Worker(model, None, engine).start()  # None: FAST_STRATEGY / FAST_TOPOLOGY from fast run
+print(f"rank {engine.rank}: {worker.strategy}", flush=True)
+x, y = np.ones((8, 4)), np.zeros(8, dtype=np.int64)
+computing = 0.0
+for _ in range(20):
+    begin, wall = time.process_time(), time.perf_counter()
+    while time.process_time() - begin < 0.01:  # 10 ms of CPU time: compute, not a sleep
+        pass
+    worker.record(loss=model.compute_gradients(x, y), samples=8)
+    computing += time.perf_counter() - wall
+    worker.before_step()
+    model.optimizer_step()
+    worker.after_step()
+worker.close()
+slept = worker._straggler.slept if worker._straggler is not None else 0.0
+os.write(1, f"rank {engine.rank} slept {slept:.4f} computed {computing:.4f}\\n".encode())
+"""
+
+
+@pytest.mark.mpi
+def test_run_a_script_with_topology_and_a_straggler_that_is_slower_by_its_factor(tmp_path: Path) -> None:
+    script = tmp_path / "straggling.py"
+    script.write_text(STRAGGLING)
+    run = "run -n 2 --strategy async --topology ring --straggler 4 --verbose"
+    done = fast(*run.split(), "--run-dir", str(tmp_path / "r"), str(script))
+    assert done.returncode == 0, done.stderr
+    assert "rank 0: AsyncAveraging(topology='ring'" in done.stdout  # the topology reached the strategy
+    assert "rank 1 4x slower" in done.stderr
+    for rank in (0, 1):  # --verbose: every rank prints its records
+        assert re.search(rf"^rank {rank} step 20 at [0-9.]+ s, close record: .*samples 160", done.stderr, re.M)
+    # both ranks compute >= 10 ms per step; rank 1 (the last) also sleeps 3 x the wall time of its compute
+    sleeps = {
+        int(r): (float(s), float(c)) for r, s, c in re.findall(r"rank (\d) slept (\S+) computed (\S+)", done.stdout)
+    }
+    assert sleeps[0] == (0.0, pytest.approx(sleeps[0][1])), sleeps
+    slept, computed = sleeps[1]
+    assert slept == pytest.approx(3 * computed, rel=0.1) and slept >= 20 * 3 * 0.010, sleeps
+    seconds = {rank: records[-1]["step_time"] for rank, records in read_run(tmp_path / "r").items()}
+    assert seconds[1] >= seconds[0] + 0.4, seconds  # asynchronous rank 0 did not wait for the straggler
+
+
+def test_straggler_sleeps_factor_minus_one_times_the_compute_and_only_on_its_rank(monkeypatch) -> None:
+    straggler = Straggler(3.0)
+    begin = time.perf_counter()
+    straggler.restart()
+    while time.perf_counter() - begin < 0.02:  # 20 ms of compute
+        pass
+    straggler.slow_down()
+    assert 0.04 <= straggler.slept <= 2 * (time.perf_counter() - begin - straggler.slept)
+    monkeypatch.setenv("FAST_STRAGGLER", "3")
+    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, False, False, True]
+    monkeypatch.setenv("FAST_STRAGGLER_RANK", "1")
+    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, True, False, False]
+    monkeypatch.setenv("FAST_STRAGGLER_RANK", "4")
+    with pytest.raises(fast_core.ConfigError, match="not a rank of this job"):
+        straggler_from_environment(0, 4)
+
+
+FAILING = """
+import sys, time
+import fast_core
+engine = fast_core.init()
+if engine.rank == 1:
+    sys.exit(3)
+time.sleep(60)
+"""
+
+
+@pytest.mark.mpi
+def test_run_returns_the_exit_status_of_a_failing_rank_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    began = time.monotonic()
+    done = fast("run", "-n", "2", "--run-dir", str(tmp_path / "r"), str(script), timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - began < 40  # rank 0 sleeps 60 s: the job was aborted, not waited for
+    assert "exit status 3" in done.stderr
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["exit_status"] == 3
+
+
+SLEEPING = """
+import os, signal, sys, time
+from mpi4py import MPI
+rank = MPI.COMM_WORLD.Get_rank()
+if "--stubborn" in sys.argv:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(os.path.join(os.environ["FAST_RUN_DIR"], f"pid{rank}"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("stubborn", [False, True], ids=["ranks-stop", "ranks-ignore-signals"])
+def test_ctrl_c_stops_every_rank(tmp_path: Path, stubborn: bool) -> None:
+    script = tmp_path / "sleeping.py"
+    script.write_text(SLEEPING)
+    run_dir = tmp_path / "r"
+    args = ["run", "-n", "2", "--grace", "2", "--run-dir", str(run_dir), str(script)]
+    proc = subprocess.Popen([*FAST, *args, *(["--stubborn"] if stubborn else [])], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_files([run_dir / "pid0", run_dir / "pid1"])
+        pids = [int((run_dir / f"pid{r}").read_text()) for r in (0, 1)]
+        job = descendants(proc.pid)
+        assert {pid for pid, _ in job} >= set(pids)  # the ranks run below the launcher
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C at the terminal sends to `fast run`
+        status = proc.wait(timeout=30)
+        assert status != 0
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid, _ in job) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid, _ in job if alive(pid)], "processes of the job outlived fast run"
+        stderr = proc.stderr.read()
+        assert "stopping the 2 workers" in stderr
+        if stubborn:
+            assert "did not stop within 2 s: killing them" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+# mistakes get one clear line, no traceback --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "-n", "2", "--strategy", "dpsdg", "x.py"], "unknown strategy 'dpsdg' (did you mean 'dpsgd'?)"),
+        (["run", "-n", "2", "--strategy", "dpsgd", "--topology", "rnig", "x.py"], "unknown topology 'rnig'"),
+        (["run", "-n", "2", "no_such_script.py"], "script not found: no_such_script.py"),
+        (["run", "-n", "2", "-m", "no_such.module"], "no module named 'no_such.module'"),
+        (["run", "-n", "2", "--mpiexec", "no-such-mpiexec", "x.py"], "--mpiexec no-such-mpiexec: no such executable"),
+        (["run", "-n", "2", "--straggler", "3", "--straggler-rank", "5", "x.py"], "is not a rank of 2 workers"),
+        (["topology", "rnig", "-n", "4"], "unknown topology 'rnig' (did you mean 'ring'?)"),
+        (["bench", "--framework", "numpy", "--strategies", "allreduce,asink"], "unknown strategy 'asink'"),
+        (["bench", "--framework", "numpy", "--compare-ddp"], "--compare-ddp runs torch DistributedDataParallel"),
+        (["bench", "--framework", "numpy", "--data", "mnist1d"], "the numpy example offers none"),
+    ],
+)
+def test_user_mistakes_are_one_line_and_status_2(tmp_path: Path, monkeypatch, capsys, args, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("print('never run')\n")
+    with pytest.raises(SystemExit) as exit_:
+        fast_main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fast: error: ") and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_mistake_in_a_real_process_prints_no_traceback(tmp_path: Path) -> None:
+    done = fast("run", "-n", "2", "missing.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "fast: error: script not found: missing.py"
+
+
+def test_missing_mpiexec_names_the_install_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(Exception, match=re.escape("pip install 'fast-training[mpi]'")):
+        find_mpiexec()
+
+
+@pytest.mark.mpi
+def test_more_workers_than_cpus_is_a_warning_naming_cpu_count(tmp_path: Path) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nfrom mpi4py import MPI\nsys.stdout.write(f'rank {MPI.COMM_WORLD.Get_rank()}\\n')\n")
+    workers = (os.cpu_count() or 1) + 1
+    done = fast("run", "-n", str(workers), "--run-dir", str(tmp_path / "r"), str(script))
+    assert done.returncode == 0, done.stderr
+    assert "os.cpu_count()" in done.stderr and f"{workers} workers" in done.stderr
+    assert sorted(re.findall(r"rank (\d+)", done.stdout)) == [str(r) for r in range(workers)]
+
+
+# fast topology -------------------------------------------------------------------------------------------------------
+
+
+def test_topology_prints_neighbours_degree_and_spectral_gap_and_draws_it(tmp_path: Path) -> None:
+    out = tmp_path / "ring.png"
+    done = fast("topology", "ring", "-n", "16", "--plot", str(out))
+    assert done.returncode == 0, done.stderr
+    expected = ring(16)
+    gap = float(re.search(r"spectral gap 1 - \|lambda_2\(W\)\|: ([0-9.]+)", done.stdout).group(1))
+    closed_form = 1 - (1 / 3 + 2 / 3 * np.cos(2 * np.pi / 16))  # W's eigenvalues: 1/3 + 2/3 cos(2 pi k / 16)
+    assert gap == pytest.approx(expected.spectral_gap(), abs=1e-4) and gap == pytest.approx(closed_form, abs=1e-4)
+    assert "degree (in-neighbours per rank): 2" in done.stdout
+    assert re.search(r"^\s+0\s+0\.333\s+1 \(0\.333\), 15 \(0\.333\)\s+->\s+1, 15$", done.stdout, re.MULTILINE)
+    assert len(re.findall(r"^\s+\d+\s+0\.333 ", done.stdout, re.MULTILINE)) == 16
+    import matplotlib.image
+
+    assert matplotlib.image.imread(out).shape[2] in (3, 4)  # a real PNG
+
+
+# fast bench ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.mpi
+def test_bench_numpy_writes_table_csv_and_plots(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "b"
+    bench = "bench --framework numpy -n 2 --strategies allreduce,async:ring --epochs 3 --straggler 3"
+    done = fast(*bench.split(), "--run-dir", str(bench_dir), timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(bench_dir / "results.csv") as f:
+        rows = {row["label"]: row for row in csv.DictReader(f)}
+    assert list(rows) == ["allreduce", "async:ring"]
+    assert rows["allreduce"]["mode"] == "sync" and rows["async:ring"]["mode"] == "async"
+    parameters = (64 * 10 + 10) * 8  # float64 softmax regression on 8x8 digits
+    # all-reduce moves 2 (N-1)/N of the buffer per step; async sends its parameters to each ring neighbour (one here)
+    assert float(rows["allreduce"]["bytes_sent_per_step"]) == pytest.approx(parameters)
+    assert 0 < float(rows["async:ring"]["bytes_sent_per_step"]) <= parameters * 1.01
+    for row in rows.values():
+        assert float(row["final_accuracy"]) > 0.85
+        assert float(row["samples_per_second"]) > 0
+    assert float(rows["allreduce"]["vs_baseline"]) == 1.0
+    for label in rows:  # every run's records and output are kept in its own folder
+        run = read_run(bench_dir / label.replace(":", "-"))
+        assert sorted(run) == [0, 1]
+        assert run[0][-1]["test_accuracy"] == pytest.approx(float(rows[label]["final_accuracy"]))
+    table = (bench_dir / "results.md").read_text()
+    assert "| `allreduce` | sync |" in table and "| `async:ring` | async |" in table and "rank 1 3x slower" in table
+    assert table.split("\n\n")[-1].strip() in done.stdout  # the table is also printed
+    import matplotlib.image
+
+    for name in ("loss.png", "accuracy.png"):
+        height, width, _ = matplotlib.image.imread(bench_dir / name).shape
+        assert width > 1000 and height > 400
+
+
+# reporting inside the Worker (in-process, 2 ranks on a LocalCluster) ---------------------------------------------
+
+
+def test_worker_records_average_between_records_and_count_samples(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FAST_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("FAST_LOG_EVERY", "4")
+    losses = np.arange(10, dtype=float)
+
+    def train(engine) -> None:
+        model = SoftmaxRegression(3, 2, optimizer=SGD(0.1))
+        worker = fast_core.Worker(model, "dpsgd:ring", engine).start()
+        for step in range(10):
+            model.compute_gradients(np.ones((2, 3)), np.zeros(2, dtype=np.int64))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+            worker.record(loss=losses[step] + engine.rank, samples=2)
+        worker.consensus_distance()
+        worker.record_epoch(val_accuracy=0.5)
+        worker.close()
+        worker.record_result(test_accuracy=0.75)
+
+    fast_core.LocalCluster(2).run(train)
+    for rank, records in read_run(tmp_path).items():
+        steps = [r for r in records if r["kind"] == "step"]
+        # a record after steps 4 and 8, and one at close; record() follows after_step here, so they hold the losses
+        # of steps 0-2, 3-6 and 7-9
+        assert [r["step"] for r in steps] == [4, 8, 10]
+        expected = [losses[0:3].mean(), losses[3:7].mean(), losses[7:].mean()]
+        assert [r["loss"] for r in steps] == pytest.approx([value + rank for value in expected])
+        assert [r["samples"] for r in steps] == [6, 14, 20]
+        epoch = next(r for r in records if r["kind"] == "epoch")
+        assert epoch["epoch"] == 1 and epoch["val_accuracy"] == 0.5 and epoch["consensus_distance"] is not None
+        assert records[-2]["kind"] == "close" and records[-2]["samples"] == 20
+        assert records[-1] == {**records[-1], "kind": "result", "test_accuracy": 0.75}
+        assert records[0]["size"] == 2 and "DPSGD" in records[0]["strategy"]
+
+
+def test_without_fast_run_the_worker_reports_nothing(tmp_path: Path, monkeypatch) -> None:
+    for name in ("FAST_RUN_DIR", "FAST_PROGRESS", "FAST_VERBOSE", "FAST_STRAGGLER"):
+        monkeypatch.delenv(name, raising=False)
+    worker = fast_core.Worker(SoftmaxRegression(3, 2), "allreduce", fast_core.LocalCluster(1).engine(0))
+    assert worker._reporter is None and worker._straggler is None
+
+
+def test_progress_bar_keeps_the_scripts_lines_whole(monkeypatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    bar = ProgressBar("dpsgd:ring")
+    print("epoch   1  loss 0.5000")
+    for _ in range(5):
+        bar.update()
+    bar.show({"loss": 0.25, "consensus_distance": 1e-3, "epoch": 2})
+    print("partial", end="")
+    bar.close()
+    assert sys.stdout is out  # restored
+    text = out.getvalue()
+    assert "\nepoch   1  loss 0.5000\n" in "\n" + text.replace("\r", "\n")
+    assert re.search(r"dpsgd:ring: 5 steps .*loss=0\.25, consensus=0\.001, epoch=2", text), text
+    assert "partial" in text

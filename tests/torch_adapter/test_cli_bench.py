@@ -1,0 +1,53 @@
+"""`fast bench --framework torch` end to end: fast_torch strategies and torch DistributedDataParallel, 2 ranks.
+
+Three mpiexec launches (each pays the torch import on both ranks), one epoch each, on the 8x8 digits.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from fast_core.runlog import read_run
+
+ENTRY_POINT = Path(sys.executable).parent / "fast"
+FAST = [str(ENTRY_POINT)] if ENTRY_POINT.is_file() else [sys.executable, "-m", "fast_core.cli"]
+
+
+@pytest.mark.mpi
+def test_bench_torch_compares_strategies_with_ddp(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "bench"
+    command = [*FAST, "bench", "--framework", "torch", "-n", "2", "--strategies", "allreduce,async", "--epochs", "1"]
+    command += ["--compare-ddp", "--data", "digits", "--run-dir", str(bench_dir)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    with open(bench_dir / "results.csv") as f:
+        rows = {row["label"]: row for row in csv.DictReader(f)}
+    assert list(rows) == ["allreduce", "async", "DDP"]
+    assert [rows[label]["mode"] for label in rows] == ["sync", "async", "DDP"]
+    assert float(rows["DDP"]["vs_baseline"]) == 1.0  # DDP is the baseline when it ran
+    assert rows["DDP"]["bytes_sent_per_step"] == ""  # gloo's traffic is not the FAST worker's to count
+    for row in rows.values():
+        assert float(row["samples_per_second"]) > 0 and int(row["steps"]) == 40  # 640 samples per rank, batch 16
+        assert float(row["final_accuracy"]) > 0.5
+
+    # DDP and fast_torch's all-reduce run the same model, data, order and steps: the same training, up to rounding
+    loss = {label: [r["loss"] for r in read_run(bench_dir / label)[0] if r["kind"] == "step"] for label in rows}
+    assert len(loss["DDP"]) == len(loss["allreduce"]) == 4
+    assert loss["DDP"] == pytest.approx(loss["allreduce"], rel=1e-4)
+    assert rows["DDP"]["final_accuracy"] == rows["allreduce"]["final_accuracy"]
+    ddp_epoch = next(r for r in read_run(bench_dir / "DDP")[1] if r["kind"] == "epoch")
+    assert ddp_epoch["consensus_distance"] == pytest.approx(0.0, abs=1e-12)  # DDP's replicas stay identical
+
+    table = (bench_dir / "results.md").read_text()
+    assert "| `DDP` | DDP |" in table and "vs DDP" in table
+    for name in ("loss.png", "accuracy.png"):
+        assert matplotlib.image.imread(bench_dir / name).shape[1] > 1000
