@@ -1,1 +1,43 @@
-"""FAST adapter for tf: not implemented yet (see the project issues)."""
+"""fast_tf: run any fast_core strategy inside Keras 3's model.fit, on the TensorFlow, JAX or torch backend.
+
+import fast_tf as fast
+fast.init()
+x, y = fast.shard(x, y)                          # this rank's part of the data
+model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss=..., metrics=[...])
+model.fit(x, y, callbacks=[fast.Callback("async:torus")], verbose=1 if fast.rank() == 0 else 0)
+
+Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``.
+"""
+
+from __future__ import annotations
+
+try:
+    import keras
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError("fast_tf needs Keras 3 and a backend: pip install 'fast-training[tf]'") from exc
+if int(keras.__version__.split(".")[0]) < 3:  # pragma: no cover - tf.keras 2 has another callback API
+    raise ImportError(f"fast_tf needs Keras 3, found keras {keras.__version__}: pip install 'keras>=3'")
+
+from .callback import Callback
+from .collectives import average_logs, average_variables, broadcast_variables
+from .data import shard
+from .model import KerasModel
+from .optimizer import DistributedOptimizer
+from .runtime import init, rank, size
+from .variables import layout_of, read_flat, write_flat
+
+__all__ = [
+    "Callback",
+    "DistributedOptimizer",
+    "KerasModel",
+    "average_logs",
+    "average_variables",
+    "broadcast_variables",
+    "init",
+    "layout_of",
+    "rank",
+    "read_flat",
+    "shard",
+    "size",
+    "write_flat",
+]

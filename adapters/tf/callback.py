@@ -1,0 +1,197 @@
+"""fast_tf.Callback: any fast_core strategy inside ``model.fit``, with Keras 3 APIs only (every Keras backend).
+
+When the hooks run. The strategy's step hooks for batch k run at the start of batch k + 1
+(``on_train_batch_begin``), and for the last batch of an epoch before validation (``on_test_begin``) or at
+``on_epoch_end``. Keras runs ``on_train_batch_begin`` synchronously, and a callback that overrides
+``on_train_batch_end`` turns off Keras' asynchronous batch dispatch for every callback of the fit (see
+``keras/src/callbacks/callback_list.py``); this one never overrides it, so the progress bar and other callbacks keep
+it. The model is reached through the reference ``set_model`` gave, not ``Callback.model`` (which syncs the JAX
+trainer's state on every access): a step where the strategy does nothing (``every=k``) touches no variable.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import MutableMapping
+
+import keras
+
+from fast_core import ConfigError, Engine, Every, Strategy, Worker, make_strategy
+from fast_core.strategies.spec import strategy_from_environment
+
+from .collectives import average_logs, average_variables, broadcast_variables, min_max
+from .model import KerasModel
+from .optimizer import DistributedOptimizer
+from .runtime import init
+from .variables import floating
+
+
+class Callback(keras.callbacks.Callback):
+    """Train with ``strategy`` across the job's ranks: ``model.fit(..., callbacks=[fast_tf.Callback("async:torus")])``.
+
+    At the start every rank checks it holds the same model and takes rank 0's weights (and floating non-trainable
+    variables, e.g. BatchNorm statistics). After each batch (or every ``every`` batches) the strategy runs; gradient
+    strategies (all-reduce, FAST) need the model compiled with ``fast_tf.DistributedOptimizer``. At each epoch end
+    ``logs`` become the mean over ranks, so rank 0's progress bar shows the job's loss, plus
+    ``consensus_distance``. Both are collectives, so by default (None) only synchronous strategies pay them: under an
+    asynchronous one they would hold every rank to the slowest one's pace once an epoch, and each rank logs its own
+    numbers instead. ``monitor`` (this rank's own value; names containing "loss" are negated) picks FAST's best
+    replica. At the end the worker closes and, with ``average_at_end``, every rank holds the averaged model.
+
+    Place it first in ``callbacks`` so the others (EarlyStopping, checkpoints) see the averaged logs and take the
+    same decision on every rank. ``worker`` is the fast_core Worker of the current fit (metrics, consensus).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy | str | None = None,
+        *,
+        every: int | None = None,
+        engine: Engine | None = None,
+        average_metrics: bool | None = None,
+        consensus: bool | None = None,
+        average_at_end: bool = True,
+        monitor: str = "val_accuracy",
+        log_every: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.strategy = strategy
+        self.every = every
+        self.engine = engine
+        self.average_metrics = average_metrics
+        self.consensus = consensus
+        self.average_at_end = average_at_end
+        self.monitor = monitor
+        self.log_every = log_every
+        self.worker: Worker | None = None
+        self.adapter: KerasModel | None = None
+        self._fit_model: keras.Model | None = None
+        self._pending = False  # a batch began whose step hooks have not run yet
+        self._applies_gradients = False  # the compiled step stores gradients; this callback applies them
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        self._fit_model = model
+
+    def _make_strategy(self) -> Strategy:
+        if self.strategy is None:
+            strategy = strategy_from_environment()
+        else:  # strings give a fresh strategy (and fresh state) to every fit
+            strategy = make_strategy(self.strategy) if isinstance(self.strategy, str) else self.strategy
+        return Every(self.every, strategy) if self.every is not None else strategy
+
+    # training begins and ends ---------------------------------------------------------------------------------
+    def on_train_begin(self, logs: MutableMapping | None = None) -> None:
+        model = self.model  # on JAX this attaches the trainer's state once; later steps use _fit_model
+        engine = self.engine or init()
+        self.adapter = adapter = KerasModel(model)
+        self.worker = worker = Worker(adapter, self._make_strategy(), engine, log_every=self.log_every)
+        self._check_steps(worker)
+        self._configure_gradients(model, adapter, worker.strategy)
+        worker.start()  # same model on every rank (fingerprint), rank 0's weights
+        broadcast_variables(floating(model.non_trainable_variables), engine)
+        self._pending = False
+
+    def on_train_end(self, logs: MutableMapping | None = None) -> None:
+        self._finish_step()
+        worker, adapter = self.worker, self.adapter
+        worker.close()
+        if self.average_at_end:
+            adapter.set_params(worker.average_params())
+            adapter.sync()
+            average_variables(floating(self._fit_model.non_trainable_variables), worker.engine)
+        optimizer = self._fit_model.optimizer
+        if isinstance(optimizer, DistributedOptimizer):
+            optimizer.attached = False  # a later step traced without this callback raises instead of not training
+
+    # steps ------------------------------------------------------------------------------------------------------
+    def on_train_batch_begin(self, batch: int, logs: MutableMapping | None = None) -> None:
+        self._finish_step()
+        self._pending = True
+
+    def on_test_begin(self, logs: MutableMapping | None = None) -> None:
+        self._finish_step()  # validation inside fit sees the model after the epoch's last step and mixing
+
+    def on_epoch_end(self, epoch: int, logs: MutableMapping | None = None) -> None:
+        self._finish_step()
+        logs = {} if logs is None else logs
+        worker = self.worker
+        lockstep = worker.strategy.lockstep
+        consensus = lockstep if self.consensus is None else self.consensus
+        distance = worker.consensus_distance() if consensus else None  # before FAST's restart zeroes it
+        worker.end_epoch(self._monitored(logs))
+        if lockstep if self.average_metrics is None else self.average_metrics:
+            average_logs(logs, worker.engine)
+        if distance is not None:
+            logs["consensus_distance"] = distance
+
+    def _finish_step(self) -> None:
+        """Run the strategy for the batch that last began; a no-op when none is pending."""
+        if not self._pending:
+            return
+        self._pending = False
+        adapter, worker = self.adapter, self.worker
+        adapter.new_step()
+        if self._applies_gradients:
+            adapter.load_gradients()
+            worker.before_step()  # all-reduce averages the gradient here, FAST sends it
+            adapter.apply_gradient(adapter.grads())
+        else:
+            worker.before_step()
+        worker.after_step()  # parameter strategies mix here; FAST applies the neighbours' gradients
+
+    def _monitored(self, logs: MutableMapping) -> float:
+        name = self.monitor if self.monitor in logs else "loss"
+        value = float(logs.get(name, 0.0))
+        return -value if "loss" in name else value
+
+    # checks -------------------------------------------------------------------------------------------------------
+    def _check_steps(self, worker: Worker) -> None:
+        steps = (self.params or {}).get("steps")
+        if steps is None:
+            raise ValueError(
+                "fast_tf.Callback needs the number of steps per epoch, and Keras does not know it for this data: "
+                "pass steps_per_epoch to fit, or give arrays or a dataset of known length (fast_tf.shard)"
+            )
+        low, high = min_max(worker.engine, steps)
+        if low != high and worker.strategy.lockstep:
+            raise ValueError(
+                f"ranks run between {low} and {high} steps per epoch (rank {worker.rank}: {steps}); the synchronous "
+                f"strategy {worker.strategy.name!r} needs the same number on every rank: split the data with "
+                "fast_tf.shard(..., drop_last=True) or pass the same steps_per_epoch to fit everywhere"
+            )
+
+    def _configure_gradients(self, model: keras.Model, adapter: KerasModel, strategy: Strategy) -> None:
+        optimizer = model.optimizer
+        self._applies_gradients = isinstance(optimizer, DistributedOptimizer)
+        if not self._applies_gradients:
+            if strategy.uses_gradients:
+                raise ConfigError(
+                    f"strategy {strategy.name!r} exchanges gradients, which model.fit keeps inside its compiled "
+                    "step: compile with optimizer=fast_tf.DistributedOptimizer(your_optimizer), which hands each "
+                    "step's gradient to this callback, or choose a parameter strategy such as 'dpsgd:ring' or "
+                    "'async:torus'"
+                )
+            adapter.optimizer = optimizer
+            return
+        if getattr(model, "steps_per_execution", 1) != 1:
+            raise ConfigError(
+                f"fast_tf.DistributedOptimizer needs steps_per_execution=1 (got {model.steps_per_execution}): each "
+                "step's gradient must reach the callback before the next step; compile with steps_per_execution=1"
+            )
+        if not optimizer.built:
+            optimizer.build(adapter.variables)
+        if [tuple(g.shape) for g in optimizer.gradients] != [tuple(v.shape) for v in adapter.variables]:
+            raise ConfigError(
+                "this fast_tf.DistributedOptimizer was built for other variables than the model's trainable ones; "
+                "compile the model again with a new DistributedOptimizer after changing what is trainable"
+            )
+        adapter.optimizer = optimizer.optimizer
+        adapter.gradient_store = optimizer.gradients
+        optimizer.attached = True
+        if not strategy.uses_gradients and self.worker.rank == 0:
+            warnings.warn(
+                f"strategy {strategy.name!r} mixes parameters only: compile with the plain optimizer instead of "
+                "fast_tf.DistributedOptimizer, so the update stays inside the compiled train step",
+                stacklevel=3,
+            )

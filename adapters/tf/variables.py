@@ -1,0 +1,76 @@
+"""Keras variables as one flat NumPy buffer and back: the only place fast_tf copies parameters.
+
+No Keras backend lets NumPy share a variable's storage the way torch on the CPU does, so the adapter copies: one
+read (each variable converted to NumPy and copied into its slice) and one write (each slice assigned to its
+variable) per mixing step. ``read_flat`` and ``write_flat`` are that pair; ``benchmarks`` time them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+
+from fast_core.flat import FlatLayout
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def dtype_of(variable: keras.Variable) -> str:
+    """The variable's dtype as Keras names it on every backend, e.g. ``"float32"``."""
+    return keras.backend.standardize_dtype(variable.dtype)
+
+
+def layout_of(variables: Sequence[keras.Variable], dtype: str | None = None) -> FlatLayout:
+    """The flat layout of ``variables``, named by position and short name (e.g. ``"0:kernel"``).
+
+    Positions, not paths: Keras numbers auto-named layers per process (``dense_3``), so two ranks that built one
+    extra model would otherwise disagree about a model that is the same. Several dtypes are refused unless
+    ``dtype`` names the buffer's (values are then cast on the way in and out).
+    """
+    specs = [(f"{i}:{v.name}", tuple(v.shape), dtype_of(v)) for i, v in enumerate(variables)]
+    for name, _, kind in specs:
+        if kind not in FLOATS:
+            raise TypeError(f"variable '{name}' is {kind}; FAST mixes {', '.join(FLOATS)} variables only")
+    kinds = {kind for _, _, kind in specs}
+    if dtype is None and len(kinds) > 1:
+        first = {kind: next(n for n, _, k in specs if k == kind) for kind in sorted(kinds)}
+        listing = ", ".join(f"{kind} (first: '{name}')" for kind, name in first.items())
+        raise TypeError(
+            f"the trainable variables have several dtypes: {listing}; FAST mixes them as one buffer, so build every "
+            "layer with the same dtype (keras.config.set_floatx(...) before building, or dtype= on each layer)"
+        )
+    return FlatLayout(specs, dtype=dtype)
+
+
+def read_flat(variables: Sequence[keras.Variable], layout: FlatLayout, out: np.ndarray | None = None) -> np.ndarray:
+    """Copy the variables' current values into one flat buffer of ``layout`` (``out`` is reused when given)."""
+    out = layout.empty() if out is None else out
+    if out.shape != (layout.size,) or out.dtype != layout.dtype:
+        raise ValueError(f"out is {out.shape} {out.dtype}; the layout needs ({layout.size},) {layout.dtype}")
+    for entry, variable in zip(layout.entries, variables, strict=True):
+        out[entry.offset : entry.offset + entry.size] = variable.numpy().reshape(-1)
+    return out
+
+
+def write_flat(variables: Sequence[keras.Variable], layout: FlatLayout, flat: np.ndarray) -> None:
+    """Assign each slice of ``flat`` to its variable; ``flat`` may be reused by the caller afterwards."""
+    source = handoff(flat)
+    for entry, variable in zip(layout.entries, variables, strict=True):
+        variable.assign(source[entry.offset : entry.offset + entry.size].reshape(entry.shape))
+
+
+def handoff(flat: np.ndarray) -> np.ndarray:
+    """A buffer the backend may keep: ``flat`` itself, except on JAX, which gets a copy FAST never writes again.
+
+    On the CPU, JAX may alias suitably aligned NumPy memory instead of copying it (measured: a variable assigned
+    from a view changed when the view was written afterwards), and computations dispatched asynchronously may read
+    it later. TensorFlow and torch copy on conversion, so they get ``flat`` itself.
+    """
+    return np.array(flat, copy=True) if keras.backend.backend() == "jax" else flat
+
+
+def floating(variables: Sequence[keras.Variable]) -> list[keras.Variable]:
+    """The floating-point variables (e.g. BatchNorm statistics, not the integer seed states of dropout)."""
+    return [v for v in variables if dtype_of(v) in FLOATS]
