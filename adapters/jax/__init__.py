@@ -1,1 +1,37 @@
-"""FAST adapter for jax: not implemented yet (see the project issues)."""
+"""fast_jax: run any fast_core strategy around a JAX training step, as a function transform.
+
+import fast_jax as fast
+fast.init()
+step = fast.distributed(jax.jit(train_step), strategy="dpsgd:ring")  # train_step(params, opt_state, batch)
+step = fast.distributed(jax.jit(grad_step), "allreduce", optimizer=opt)  # grad_step(params, batch), for gradients
+params, opt_state, metrics = step(params, opt_state, batch)
+params = fast.average(params, step=step)
+"""
+
+from __future__ import annotations
+
+try:
+    import optax  # noqa: F401
+
+    import jax  # noqa: F401
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError("fast_jax needs JAX and optax: pip install 'fast-training[jax]'") from exc
+
+from .api import average, broadcast, shard
+from .flat import FlatTree
+from .model import JaxModel
+from .runtime import init, rank, size
+from .step import DistributedStep, distributed
+
+__all__ = [
+    "DistributedStep",
+    "FlatTree",
+    "JaxModel",
+    "average",
+    "broadcast",
+    "distributed",
+    "init",
+    "rank",
+    "shard",
+    "size",
+]

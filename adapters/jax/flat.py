@@ -1,0 +1,122 @@
+"""A params pytree as one flat host NumPy buffer and back: the per-step copy that JAX's immutable arrays need.
+
+``FlatTree.to_numpy`` runs one jitted concatenation and one device-to-host transfer; ``FlatTree.from_numpy`` one
+host-to-device transfer and one jitted split. The jitted functions are shared by every FlatTree (keyed by the
+leaves' shapes and dtypes), so neither retraces from one step or one model to the next.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from fast_core.flat import FlatLayout
+
+BUFFER_DTYPES = ("float32", "float64")
+_Spec = tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype) of each leaf, hashable for jit's static args
+
+
+def named_leaves(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
+    """The leaves of ``tree`` with '/'-joined key paths as names (e.g. 'dense1/w'), and the tree structure."""
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return [(jax.tree_util.keystr(path, simple=True, separator="/"), leaf) for path, leaf in with_paths], treedef
+
+
+def leaf_dtype(leaf: Any) -> np.dtype:
+    """The dtype JAX gives this leaf (Python floats become float32 unless x64 is enabled)."""
+    return np.dtype(jnp.result_type(leaf))
+
+
+@partial(jax.jit, static_argnames="dtype")
+def _ravel(leaves: list[jax.Array], dtype: str) -> jax.Array:
+    return jnp.concatenate([jnp.ravel(leaf).astype(dtype) for leaf in leaves])
+
+
+@partial(jax.jit, static_argnames="spec")
+def _unravel(flat: jax.Array, spec: _Spec) -> list[jax.Array]:
+    leaves, offset = [], 0
+    for shape, dtype in spec:
+        size = int(np.prod(shape, dtype=np.int64))
+        leaves.append(flat[offset : offset + size].reshape(shape).astype(dtype))
+        offset += size
+    return leaves
+
+
+class FlatTree:
+    """The flat layout of one params pytree, and the conversions between such pytrees and flat NumPy buffers.
+
+    All floating leaves share one buffer, so by default they must share one dtype (float32 or float64). Pass
+    ``dtype="float32"`` (or ``"float64"``) to pack leaves of several floating dtypes (e.g. bfloat16 and float32)
+    into a buffer of that dtype: strategies then mix in that precision and each leaf is cast back to its own
+    dtype on the way out. Non-floating leaves (integer counters, keys) are refused: keep them out of params.
+    """
+
+    def __init__(self, tree: Any, dtype: str | None = None) -> None:
+        named, self.treedef = named_leaves(tree)
+        if not named:
+            raise ValueError("the params pytree has no leaves (arrays): there is nothing to train or average")
+        dtypes = {name: leaf_dtype(leaf) for name, leaf in named}
+        for name, kind in dtypes.items():
+            if not jnp.issubdtype(kind, jnp.floating):
+                raise TypeError(
+                    f"params leaf '{name}' has dtype {kind}; FAST averages parameters, so every leaf must be "
+                    "floating point: keep counters, keys and other state out of params (e.g. in opt_state)"
+                )
+        buffer_dtype = dtype if dtype is not None else _common_dtype(dtypes)
+        if np.dtype(buffer_dtype).name not in BUFFER_DTYPES:
+            raise TypeError(f"dtype={buffer_dtype!r}: the flat buffer must be one of {', '.join(BUFFER_DTYPES)}")
+        self.layout = FlatLayout(
+            [(name, np.shape(leaf), dtypes[name]) for name, leaf in named], dtype=np.dtype(buffer_dtype).name
+        )
+        self.dtype = self.layout.dtype
+        self.spec: _Spec = tuple((e.shape, e.dtype) for e in self.layout.entries)
+
+    def leaves(self, tree: Any, what: str = "params") -> list[Any]:
+        """The leaves of ``tree`` after checking it has this layout's structure and shapes."""
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        if treedef != self.treedef:
+            raise ValueError(
+                f"{what} no longer has the structure FAST was started with: {treedef} vs {self.treedef}; "
+                "the pytree must keep the same keys and leaves for the whole training"
+            )
+        for leaf, entry in zip(leaves, self.layout.entries, strict=True):
+            if np.shape(leaf) != entry.shape:
+                raise ValueError(f"{what} leaf '{entry.name}' has shape {np.shape(leaf)}, expected {entry.shape}")
+        return leaves
+
+    def to_numpy(self, tree: Any, out: np.ndarray | None = None, what: str = "params") -> np.ndarray:
+        """Copy ``tree`` into one flat host buffer (``out``, or a new one): one jitted concat, one device_get."""
+        flat = np.asarray(jax.device_get(_ravel(self.leaves(tree, what), self.dtype.name)))
+        if out is None:
+            return np.array(flat, copy=True)  # a writable buffer of our own (the device's may be read-only)
+        np.copyto(out, flat)
+        return out
+
+    def from_numpy(self, flat: np.ndarray) -> Any:
+        """A new pytree holding ``flat``'s values: one device_put, one jitted split; ``flat`` is not aliased."""
+        if flat.shape != (self.layout.size,) or flat.dtype != self.dtype:
+            raise ValueError(
+                f"flat buffer is {flat.shape} {flat.dtype}; the layout needs ({self.layout.size},) {self.dtype}"
+            )
+        return jax.tree_util.tree_unflatten(self.treedef, _unravel(jax.device_put(flat), self.spec))
+
+
+def _common_dtype(dtypes: dict[str, np.dtype]) -> str:
+    kinds = set(dtypes.values())
+    if len(kinds) > 1:
+        listed = ", ".join(f"'{name}' {kind}" for name, kind in dtypes.items())
+        raise TypeError(
+            f"params leaves have several dtypes ({listed}); FAST mixes one flat buffer, so convert them to one "
+            "dtype or pass dtype='float32' (or 'float64') to mix in that precision and cast each leaf back"
+        )
+    kind = kinds.pop()
+    if kind.name not in BUFFER_DTYPES:
+        raise TypeError(
+            f"params are {kind}; FAST mixes float32 or float64 buffers: pass dtype='float32' to mix in float32 and "
+            f"cast the leaves back to {kind}"
+        )
+    return kind.name

@@ -1,0 +1,206 @@
+"""fast_jax.distributed: a transform of the user's (jitted) training step that runs a fast_core strategy around it.
+
+Two forms, chosen by whether an optax ``optimizer`` is passed:
+
+- ``distributed(train_step, strategy)`` with ``train_step(params, opt_state, batch) -> (params, opt_state,
+  metrics)``: the user's step runs unchanged, then the strategy mixes the new params on the host. Enough for
+  every strategy that exchanges parameters (dpsgd, async, adpsgd, easgd, sgp, gossip, localsgd).
+- ``distributed(grad_step, strategy, optimizer=opt)`` with ``grad_step(params, batch) -> (grads, metrics)``:
+  fast_jax applies the gradient through ``opt`` (one jitted optax update) after the strategy saw it, so strategies
+  that exchange gradients (all-reduce, FAST) can average or add to them. It returns a step with the same
+  ``(params, opt_state, batch) -> (params, opt_state, metrics)`` signature and works for every strategy.
+
+The user's function is called as given (jit it yourself); mixing happens outside it on a flat host copy, so it is
+traced once for the whole training.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import optax
+
+from fast_core import Engine, Strategy, Worker, make_strategy
+from fast_core.strategies.spec import strategy_from_environment
+
+from .api import broadcast
+from .flat import FlatTree
+from .model import JaxModel
+from .runtime import init
+
+TrainStep = Callable[[Any, Any, Any], tuple[Any, Any, Any]]
+GradStep = Callable[[Any, Any], tuple[Any, Any]]
+
+_FORMS = {
+    False: ("train_step(params, opt_state, batch) -> (params, opt_state, metrics)", 3),
+    True: ("grad_step(params, batch) -> (grads, metrics)", 2),
+}
+
+
+class DistributedStep:
+    """A training step with a FAST strategy around it: ``params, opt_state, metrics = step(params, opt_state, batch)``.
+
+    The first call (or :meth:`start`) checks every rank holds the same params structure and gives all ranks rank
+    0's params and opt_state. ``step.worker`` is the fast_core Worker (metrics, consensus_distance()); at epoch ends
+    call :meth:`end_epoch`, at the end :meth:`close` or ``fast_jax.average(params, step=step)``.
+    """
+
+    def __init__(
+        self,
+        fn: TrainStep | GradStep,
+        strategy: Strategy,
+        optimizer: optax.GradientTransformation | None,
+        engine: Engine | None,
+        dtype: str | None,
+        log_every: int | None,
+    ) -> None:
+        self.fn = fn
+        self.strategy = strategy
+        self.optimizer = optimizer
+        self._engine = engine
+        self._dtype = dtype
+        self._log_every = log_every
+        self._model: JaxModel | None = None
+        self._worker: Worker | None = None
+
+    @property
+    def uses_optimizer(self) -> bool:
+        """True for the gradient form (fast_jax applies the gradients through the optax optimizer)."""
+        return self.optimizer is not None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = init()
+        return self._engine
+
+    @property
+    def worker(self) -> Worker:
+        """The fast_core Worker of this step: metrics, consensus_distance() of the params the step last returned."""
+        if self._worker is None:
+            raise RuntimeError("the step has not started: call it once, or step.start(params, opt_state), first")
+        return self._worker
+
+    def start(self, params: Any, opt_state: Any) -> tuple[Any, Any]:
+        """Collective: check the model is the same on every rank and return rank 0's params and opt_state.
+
+        The first call of the step does this by itself; call it to start earlier (e.g. to evaluate the start).
+        """
+        if self._worker is not None:
+            return params, opt_state
+        model = JaxModel(FlatTree(params, self._dtype), self.optimizer)
+        model.load(params, opt_state)
+        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every)
+        worker.start()  # same layout on every rank (names the first differing leaf), rank 0's params, strategy set up
+        model.load(model.params_tree(), broadcast(opt_state, 0, self.engine))
+        self._model, self._worker = model, worker
+        return model.params_tree(), model.opt_state
+
+    def __call__(self, params: Any, opt_state: Any, batch: Any) -> tuple[Any, Any, Any]:
+        if self._worker is None:
+            params, opt_state = self.start(params, opt_state)
+        model, worker = self._model, self._worker
+        model.load(params, opt_state)
+        if self.optimizer is None:
+            worker.before_step()  # parameter strategies do nothing here (join counting aside)
+            params, opt_state, metrics = _unpack(self.fn(model.params_tree(), model.opt_state, batch), 3)
+            model.load(params, opt_state)
+        else:
+            grads, metrics = _unpack(self.fn(model.params_tree(), batch), 2)
+            model.load_grads(grads)
+            worker.before_step()  # all-reduce averages the gradient here; FAST sends it
+            model.apply_own_gradient()
+        worker.after_step()  # parameter strategies mix here; FAST applies the neighbours' gradients
+        return model.params_tree(), model.opt_state, metrics
+
+    def end_epoch(self, params: Any, opt_state: Any, metric: float) -> tuple[Any, Any]:
+        """Collective: tell the strategy an epoch ended with this rank's validation ``metric`` (higher is better).
+
+        FAST then restarts every rank from the best replica (and, if asked, fresh optimizer state): use the
+        returned params and opt_state. Other strategies return them unchanged.
+        """
+        model = self._model
+        if model is None:
+            raise RuntimeError("end_epoch() before the first step: there is no epoch to end")
+        model.load(params, opt_state)
+        self.worker.end_epoch(metric)
+        return model.params_tree(), model.opt_state
+
+    def close(self) -> None:
+        """Complete the strategy's communication (call once, after the last step, on every rank). Idempotent."""
+        if self._worker is not None:
+            self._worker.close()
+
+    def __repr__(self) -> str:
+        form = "grad_step + optax" if self.optimizer is not None else "train_step"
+        return f"DistributedStep({getattr(self.fn, '__name__', self.fn)!r}, {self.strategy!r}, {form})"
+
+
+def distributed(
+    fn: TrainStep | GradStep | None = None,
+    strategy: Strategy | str | None = None,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    engine: Engine | None = None,
+    dtype: str | None = None,
+    log_every: int | None = None,
+) -> DistributedStep | Callable[[TrainStep | GradStep], DistributedStep]:
+    """Wrap a training step so ``strategy`` runs around it on every call; usable as a decorator too.
+
+    Without ``optimizer``, ``fn`` is ``train_step(params, opt_state, batch) -> (params, opt_state, metrics)``
+    (parameter strategies). With an optax ``optimizer``, ``fn`` is ``grad_step(params, batch) -> (grads,
+    metrics)`` and fast_jax applies the (strategy-processed) gradient with the optimizer: needed by all-reduce
+    and FAST, fine for every strategy. With no ``strategy``: ``fast run --strategy``'s (FAST_STRATEGY), else
+    all-reduce. ``dtype`` packs params of several floating dtypes into one buffer of that dtype (see FlatTree).
+    """
+    if fn is None:
+        return lambda f: distributed(f, strategy, optimizer=optimizer, engine=engine, dtype=dtype, log_every=log_every)
+    if not callable(fn):
+        raise TypeError(f"distributed() wraps a function, got {type(fn).__name__}")
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(
+            f"optimizer must be an optax GradientTransformation (e.g. optax.sgd(0.1)), got {type(optimizer).__name__}"
+        )
+    resolved = _resolve(strategy)
+    if optimizer is None and resolved.uses_gradients:
+        raise ValueError(
+            f"strategy {_spec_text(strategy, resolved)} exchanges gradients, so fast_jax must apply them through your "
+            "optimizer: pass optimizer=<optax transformation> and a grad_step(params, batch) -> (grads, metrics) "
+            "instead of train_step, e.g. fast_jax.distributed(grad_step, strategy, optimizer=optax.sgd(0.1))"
+        )
+    _check_signature(fn, optimizer is not None)
+    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every)
+
+
+def _resolve(strategy: Strategy | str | None) -> Strategy:
+    if strategy is None:
+        return strategy_from_environment()
+    return make_strategy(strategy)
+
+
+def _spec_text(strategy: Strategy | str | None, resolved: Strategy) -> str:
+    if strategy is None:
+        return f"{resolved.name} (no strategy given: FAST_STRATEGY, else all-reduce)"
+    return repr(strategy) if isinstance(strategy, str) else resolved.name
+
+
+def _check_signature(fn: Callable, gradient_form: bool) -> None:
+    form, arity = _FORMS[gradient_form]
+    try:
+        inspect.signature(fn).bind(*range(arity))
+    except ValueError:  # no signature to read (some builtins): the call itself will tell
+        return
+    except TypeError:
+        other = _FORMS[not gradient_form][0]
+        hint = "pass optimizer= for the gradient form" if not gradient_form else "drop optimizer= for that form"
+        raise TypeError(f"{getattr(fn, '__name__', fn)!r} cannot be called as {form}; for {other}, {hint}") from None
+
+
+def _unpack(result: Any, arity: int) -> tuple[Any, ...]:
+    if not isinstance(result, tuple | list) or len(result) != arity:
+        form = _FORMS[arity == 2][0]
+        got = f"a {len(result)}-tuple" if isinstance(result, tuple | list) else type(result).__name__
+        raise TypeError(f"the wrapped function must be {form}; it returned {got}")
+    return tuple(result)
