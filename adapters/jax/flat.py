@@ -1,13 +1,15 @@
 """A params pytree as one flat host NumPy buffer and back: the per-step copy that JAX's immutable arrays need.
 
-``FlatTree.to_numpy`` runs one jitted concatenation and one device-to-host transfer; ``FlatTree.from_numpy`` one
-host-to-device transfer and one jitted split. The jitted functions are shared by every FlatTree (keyed by the
-leaves' shapes and dtypes), so neither retraces from one step or one model to the next.
+Both directions move each leaf once, straight between its device array and its slice of the host buffer, with no
+intermediate array: ``to_numpy`` fetches all leaves in one ``jax.device_get`` (a view on the CPU) and copies each
+into its slice; ``from_numpy`` puts every slice on the device in one ``jax.device_put``. That runs at about
+``np.copyto`` speed; a jitted concatenation (or split) on the device first cost 8-20x ``np.copyto``, because it
+writes the whole model once more (``benchmarks/adapter_overhead.py``). Nothing is traced, so nothing retraces.
 """
 
 from __future__ import annotations
 
-from functools import partial
+import inspect
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,9 @@ import jax.numpy as jnp
 from fast_core.flat import FlatLayout
 
 BUFFER_DTYPES = ("float32", "float64")
-_Spec = tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype) of each leaf, hashable for jit's static args
+_COPY = {"may_alias": False} if "may_alias" in inspect.signature(jax.device_put).parameters else {}
+"""device_put copies NumPy input (JAX's default, made explicit where the version can say so): the device arrays must
+not share memory with a buffer the strategies keep mixing into."""
 
 
 def named_leaves(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
@@ -29,21 +33,6 @@ def named_leaves(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
 def leaf_dtype(leaf: Any) -> np.dtype:
     """The dtype JAX gives this leaf (Python floats become float32 unless x64 is enabled)."""
     return np.dtype(jnp.result_type(leaf))
-
-
-@partial(jax.jit, static_argnames="dtype")
-def _ravel(leaves: list[jax.Array], dtype: str) -> jax.Array:
-    return jnp.concatenate([jnp.ravel(leaf).astype(dtype) for leaf in leaves])
-
-
-@partial(jax.jit, static_argnames="spec")
-def _unravel(flat: jax.Array, spec: _Spec) -> list[jax.Array]:
-    leaves, offset = [], 0
-    for shape, dtype in spec:
-        size = int(np.prod(shape, dtype=np.int64))
-        leaves.append(flat[offset : offset + size].reshape(shape).astype(dtype))
-        offset += size
-    return leaves
 
 
 class FlatTree:
@@ -73,7 +62,7 @@ class FlatTree:
             [(name, np.shape(leaf), dtypes[name]) for name, leaf in named], dtype=np.dtype(buffer_dtype).name
         )
         self.dtype = self.layout.dtype
-        self.spec: _Spec = tuple((e.shape, e.dtype) for e in self.layout.entries)
+        self.leaf_dtypes: tuple[np.dtype, ...] = tuple(dtypes[name] for name, _ in named)  # bfloat16 has no name
 
     def leaves(self, tree: Any, what: str = "params") -> list[Any]:
         """The leaves of ``tree`` after checking it has this layout's structure and shapes."""
@@ -89,20 +78,24 @@ class FlatTree:
         return leaves
 
     def to_numpy(self, tree: Any, out: np.ndarray | None = None, what: str = "params") -> np.ndarray:
-        """Copy ``tree`` into one flat host buffer (``out``, or a new one): one jitted concat, one device_get."""
-        flat = np.asarray(jax.device_get(_ravel(self.leaves(tree, what), self.dtype.name)))
-        if out is None:
-            return np.array(flat, copy=True)  # a writable buffer of our own (the device's may be read-only)
-        np.copyto(out, flat)
+        """Copy ``tree`` into one flat host buffer (``out``, or a new one), each leaf cast to the buffer's dtype."""
+        hosts = jax.device_get(self.leaves(tree, what))  # one transfer for all leaves; views of them on the CPU
+        out = self.layout.empty() if out is None else out
+        for entry, host in zip(self.layout.entries, hosts, strict=True):
+            out[entry.offset : entry.offset + entry.size] = np.reshape(host, -1)
         return out
 
     def from_numpy(self, flat: np.ndarray) -> Any:
-        """A new pytree holding ``flat``'s values: one device_put, one jitted split; ``flat`` is not aliased."""
+        """A new pytree holding ``flat``'s values (one device_put of all slices); ``flat`` is not aliased."""
         if flat.shape != (self.layout.size,) or flat.dtype != self.dtype:
             raise ValueError(
                 f"flat buffer is {flat.shape} {flat.dtype}; the layout needs ({self.layout.size},) {self.dtype}"
             )
-        return jax.tree_util.tree_unflatten(self.treedef, _unravel(jax.device_put(flat), self.spec))
+        slices = [
+            flat[entry.offset : entry.offset + entry.size].reshape(entry.shape).astype(dtype, copy=False)
+            for entry, dtype in zip(self.layout.entries, self.leaf_dtypes, strict=True)
+        ]
+        return jax.tree_util.tree_unflatten(self.treedef, jax.device_put(slices, **_COPY))
 
 
 def _common_dtype(dtypes: dict[str, np.dtype]) -> str:
