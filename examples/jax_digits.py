@@ -7,7 +7,9 @@ that exchange parameters it wraps ``train_step(params, opt_state, batch)`` as is
 gradients (all-reduce, FAST) it wraps ``grad_step(params, batch)`` and applies the gradient through the optax
 optimizer itself. At each epoch end every rank scores its replica on the same held-out validation set (FAST
 restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the mean loss
-of all ranks and their consensus distance; at the end, the test accuracy of the averaged model.
+of all ranks and their consensus distance (both collectives, so asynchronous strategies report rank 0's own loss
+instead, not to wait for the slowest rank); at the end, the test accuracy of the averaged model. Under ``fast run``
+the worker also records loss and samples per step and each replica's validation accuracy per epoch.
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -25,6 +27,7 @@ import optax
 import fast_jax as fast
 from fast_core import Strategy, make_strategy
 from fast_core.datasets import TASKS, Task, batches, example_task
+from fast_core.reporting import epoch_summary
 from fast_core.strategies.spec import strategy_from_environment
 
 Params = dict[str, dict[str, jax.Array]]
@@ -122,15 +125,21 @@ def train(
         for batch in batches(x, y, batch_size, epoch, seed):
             params, opt_state, loss = step(params, opt_state, batch)
             losses.append(loss)
-        mean_loss = np.array([float(jnp.mean(jnp.stack(losses)))])
-        engine.allreduce(mean_loss)
-        spread = step.worker.consensus_distance()  # before FAST's restart, which would make it 0
-        params, opt_state = step.end_epoch(params, opt_state, accuracy(params, task.validation))
+            if step.worker.reporting:  # under `fast run`: float() waits for the step, so only then
+                step.worker.record(loss=float(loss), samples=len(batch[1]))
+        worker = step.worker
+        # mean over ranks and consensus distance if synchronous, before FAST's restart makes the distance 0
+        mean_loss, spread = epoch_summary(worker, float(jnp.mean(jnp.stack(losses))))
+        val_accuracy = accuracy(params, task.validation)
+        worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+        params, opt_state = step.end_epoch(params, opt_state, val_accuracy)
         if verbose and engine.rank == 0:
-            print(f"epoch {epoch + 1:3d}  loss {mean_loss[0] / engine.size:.4f}  consensus distance {spread:.2e}")
+            spread_text = "n/a" if spread is None else f"{spread:.2e}"
+            print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
     metrics = step.worker.metrics.as_dict()
     params = fast.average(params, step=step)  # closes the step's worker first: no message is left in flight
     test_accuracy = accuracy(params, task.test)
+    step.worker.record_result(test_accuracy=test_accuracy)
     if verbose and engine.rank == 0:
         print(
             f"test accuracy of the averaged model: {test_accuracy:.4f}  "

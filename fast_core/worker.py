@@ -138,6 +138,12 @@ class Worker:
         if self._straggler is not None:
             self._straggler.restart()  # the epoch's evaluation is not compute to stretch
 
+    @property
+    def reporting(self) -> bool:
+        """True under `fast run` (a run folder, progress bar or verbose lines asked for): what ``record`` is for.
+        Scripts check it before computing a per-step number only the records need."""
+        return self._reporter is not None
+
     def record(self, **values: float) -> None:
         """This step's numbers for the run log and progress bar under `fast run`, e.g. ``record(loss=0.3,
         samples=32)``: averaged between records (``samples`` adds up). Free when not under `fast run`."""

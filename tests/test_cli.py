@@ -6,7 +6,6 @@ pays NumPy, scikit-learn and mpi4py imports on every rank).
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fast_cli import FAST, bench, fast
 
 import fast_core
 from fast_core.cli import main as fast_main
@@ -29,15 +29,7 @@ from fast_core.runlog import read_run
 from fast_core.straggler import Straggler, straggler_from_environment
 from fast_core.topology import ring
 
-ENTRY_POINT = Path(sys.executable).parent / "fast"  # what pip installs for the `fast` entry point
-FAST = [str(ENTRY_POINT)] if ENTRY_POINT.is_file() else [sys.executable, "-m", "fast_core.cli"]
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def fast(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the `fast` command as a user would (a fresh process), with output captured."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([*FAST, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def alive(pid: int) -> bool:
@@ -292,11 +284,8 @@ def test_topology_prints_neighbours_degree_and_spectral_gap_and_draws_it(tmp_pat
 @pytest.mark.mpi
 def test_bench_numpy_writes_table_csv_and_plots(tmp_path: Path) -> None:
     bench_dir = tmp_path / "b"
-    bench = "bench --framework numpy -n 2 --strategies allreduce,async:ring --epochs 3 --straggler 3"
-    done = fast(*bench.split(), "--run-dir", str(bench_dir), timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(bench_dir / "results.csv") as f:
-        rows = {row["label"]: row for row in csv.DictReader(f)}
+    options = "--framework numpy -n 2 --strategies allreduce,async:ring --epochs 3 --straggler 3"
+    done, rows = bench(bench_dir, *options.split(), timeout=180)
     assert list(rows) == ["allreduce", "async:ring"]
     assert rows["allreduce"]["mode"] == "sync" and rows["async:ring"]["mode"] == "async"
     parameters = (64 * 10 + 10) * 8  # float64 softmax regression on 8x8 digits

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import MutableMapping
 
 import keras
+import numpy as np
 
 from fast_core import ConfigError, Engine, Every, Strategy, Worker, make_strategy
 from fast_core.strategies.spec import strategy_from_environment
@@ -38,6 +39,9 @@ class Callback(keras.callbacks.Callback):
     numbers instead. ``monitor`` (this rank's own value; names containing "loss" are negated) picks FAST's best
     replica. At the end the worker closes and, with ``average_at_end``, every rank holds the averaged model.
 
+    Under ``fast run`` each epoch's logs go to the run's records (``val_accuracy`` is what ``fast bench`` times
+    to its target); Keras does not tell callbacks the batch size, so pass ``batch_size`` for samples/s there.
+
     Place it first in ``callbacks`` so the others (EarlyStopping, checkpoints) see the averaged logs and take the
     same decision on every rank. ``worker`` is the fast_core Worker of the current fit (metrics, consensus).
     """
@@ -53,6 +57,7 @@ class Callback(keras.callbacks.Callback):
         average_at_end: bool = True,
         monitor: str = "val_accuracy",
         log_every: int | None = None,
+        batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.strategy = strategy
@@ -63,6 +68,7 @@ class Callback(keras.callbacks.Callback):
         self.average_at_end = average_at_end
         self.monitor = monitor
         self.log_every = log_every
+        self.batch_size = batch_size
         self.worker: Worker | None = None
         self.adapter: KerasModel | None = None
         self._fit_model: keras.Model | None = None
@@ -124,6 +130,8 @@ class Callback(keras.callbacks.Callback):
             average_logs(logs, worker.engine)
         if distance is not None:
             logs["consensus_distance"] = distance
+        if worker.reporting:  # `fast run`'s records: this epoch's (averaged, if asked) logs
+            worker.record_epoch(**{key: float(value) for key, value in logs.items() if _is_number(value)})
 
     def _finish_step(self) -> None:
         """Run the strategy for the batch that last began; a no-op when none is pending."""
@@ -139,6 +147,8 @@ class Callback(keras.callbacks.Callback):
         else:
             worker.before_step()
         worker.after_step()  # parameter strategies mix here; FAST applies the neighbours' gradients
+        if self.batch_size is not None:
+            worker.record(samples=self.batch_size)  # free unless under `fast run`
 
     def _monitored(self, logs: MutableMapping) -> float:
         name = self.monitor if self.monitor in logs else "loss"
@@ -195,3 +205,11 @@ class Callback(keras.callbacks.Callback):
                 "fast_tf.DistributedOptimizer, so the update stays inside the compiled train step",
                 stacklevel=3,
             )
+
+
+def _is_number(value: object) -> bool:
+    """A log value that is one number (Keras logs Python floats, NumPy or backend scalars)."""
+    try:
+        return bool(np.ndim(value) == 0 and np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False

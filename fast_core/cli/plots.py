@@ -1,7 +1,7 @@
 """`fast bench`'s figures, from rank 0's records of each run (matplotlib, Agg backend: no display needed).
 
-loss.png: rank 0's training loss (each record's mean over its steps, then a running mean over 5 records) against
-steps and against seconds.
+loss.png: rank 0's training loss (each record's mean over its steps, then a running mean over 5 records; the epochs'
+loss where an example records none per step) against steps and against seconds.
 accuracy.png: validation accuracy at each epoch end against seconds, and the job's samples/s per run.
 """
 
@@ -41,7 +41,10 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
     for label, ranks in runs.items():
         steps, seconds, loss = _series(ranks.get(0, []), "step", "loss")
-        loss = smooth(loss)
+        if steps:
+            loss = smooth(loss)
+        else:  # the example records no per-step loss (a Keras callback cannot see it cheaply): its epochs' loss
+            steps, seconds, loss = _series(ranks.get(0, []), "epoch", "loss")
         by_step.plot(steps, loss, label=label, color=colours[label], linewidth=1.4)
         by_time.plot(seconds, loss, label=label, color=colours[label], linewidth=1.4)
     by_step.set_xlabel("step")

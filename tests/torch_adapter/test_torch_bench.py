@@ -5,32 +5,20 @@ Three mpiexec launches (each pays the torch import on both ranks), one epoch eac
 
 from __future__ import annotations
 
-import csv
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
 import pytest
+from fast_cli import bench
 
 from fast_core.runlog import read_run
-
-ENTRY_POINT = Path(sys.executable).parent / "fast"
-FAST = [str(ENTRY_POINT)] if ENTRY_POINT.is_file() else [sys.executable, "-m", "fast_core.cli"]
 
 
 @pytest.mark.mpi
 def test_bench_torch_compares_strategies_with_ddp(tmp_path: Path) -> None:
     bench_dir = tmp_path / "bench"
-    command = [*FAST, "bench", "--framework", "torch", "-n", "2", "--strategies", "allreduce,async", "--epochs", "1"]
-    command += ["--compare-ddp", "--data", "digits", "--run-dir", str(bench_dir)]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1")
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    with open(bench_dir / "results.csv") as f:
-        rows = {row["label"]: row for row in csv.DictReader(f)}
+    options = "--framework torch -n 2 --strategies allreduce,async --epochs 1 --compare-ddp --data digits"
+    _, rows = bench(bench_dir, *options.split())
     assert list(rows) == ["allreduce", "async", "DDP"]
     assert [rows[label]["mode"] for label in rows] == ["sync", "async", "DDP"]
     assert float(rows["DDP"]["vs_baseline"]) == 1.0  # DDP is the baseline when it ran

@@ -1,0 +1,31 @@
+"""`fast bench --framework jax` end to end: the JAX example under each strategy, its records, table and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from fast_cli import bench
+
+from fast_core.runlog import read_run
+
+
+@pytest.mark.mpi
+def test_bench_jax_runs_the_example_per_strategy_and_tables_its_records(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "bench"
+    _, rows = bench(bench_dir, *"--framework jax -n 2 --strategies allreduce,async --epochs 2 --data digits".split())
+    assert list(rows) == ["allreduce", "async"] and [row["mode"] for row in rows.values()] == ["sync", "async"]
+    for label, row in rows.items():
+        assert int(row["steps"]) == 80  # 2 epochs of 640 samples per rank (drop_last), batch 16
+        assert float(row["samples_per_second"]) > 0 and float(row["final_accuracy"]) > 0.9
+        assert row["seconds_to_target"] != ""  # 90% validation accuracy within two epochs
+        records = read_run(bench_dir / label)[0]
+        losses = [r["loss"] for r in records if r["kind"] == "step"]
+        assert len(losses) == 8 and losses[-1] < losses[0]  # a record every 10 steps, the loss falling
+        epochs = [r for r in records if r["kind"] == "epoch"]
+        assert [r["epoch"] for r in epochs] == [1, 2] and all(r["val_accuracy"] > 0.5 for r in epochs)
+        # the consensus distance is a collective: the example computes it only under a synchronous strategy
+        assert all((r["consensus_distance"] is None) == (label == "async") for r in epochs)
+    for name in ("loss.png", "accuracy.png"):
+        assert matplotlib.image.imread(bench_dir / name).shape[1] > 1000
