@@ -17,10 +17,11 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("fast_jax needs JAX and optax: pip install 'fast-training[jax]'") from exc
 
+from fast_core.runtime import init, rank, size
+
 from .api import average, broadcast, shard
 from .flat import FlatTree
 from .model import JaxModel
-from .runtime import init, rank, size
 from .step import DistributedStep, distributed
 
 __all__ = [

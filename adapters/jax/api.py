@@ -11,9 +11,9 @@ import jax.numpy as jnp
 from fast_core import Engine
 from fast_core.datasets import shard_indices
 from fast_core.flat import FlatLayout, check_same_layout
+from fast_core.runtime import init
 
 from .flat import leaf_dtype, named_leaves
-from .runtime import init
 
 if TYPE_CHECKING:
     from .step import DistributedStep

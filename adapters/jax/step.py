@@ -23,12 +23,12 @@ from typing import Any
 import optax
 
 from fast_core import Engine, Strategy, Worker, make_strategy
+from fast_core.runtime import init
 from fast_core.strategies.spec import strategy_from_environment
 
 from .api import broadcast
 from .flat import FlatTree
 from .model import JaxModel
-from .runtime import init
 
 TrainStep = Callable[[Any, Any, Any], tuple[Any, Any, Any]]
 GradStep = Callable[[Any, Any], tuple[Any, Any]]

@@ -18,12 +18,12 @@ import keras
 import numpy as np
 
 from fast_core import ConfigError, Engine, Every, Strategy, Worker, make_strategy
+from fast_core.runtime import init
 from fast_core.strategies.spec import strategy_from_environment
 
 from .collectives import average_logs, average_variables, broadcast_variables, min_max
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
-from .runtime import init
 from .variables import floating
 
 

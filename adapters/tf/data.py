@@ -9,8 +9,7 @@ import numpy as np
 
 from fast_core import Engine
 from fast_core.datasets import shard_indices
-
-from .runtime import init
+from fast_core.runtime import init
 
 
 def shard(*data: Any, seed: int = 0, drop_last: bool = True, engine: Engine | None = None) -> Any:

@@ -14,10 +14,11 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("fast_torch needs PyTorch: pip install 'fast-training[torch]'") from exc
 
+from fast_core.runtime import init, rank, size
+
 from .api import average_model, broadcast_parameters, join, shard
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
-from .runtime import init, rank, size
 
 __all__ = [
     "DistributedOptimizer",

@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 import torch
 from fast_core import Engine
+from fast_core.runtime import init as default_engine
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .optimizer import _WORKERS
-from .runtime import default_engine
 from .tensors import average_tensors, broadcast_tensors, floating_tensors
 
 

@@ -11,9 +11,9 @@ import weakref
 
 import torch
 from fast_core import Engine, Strategy, Worker
+from fast_core.runtime import init as default_engine
 
 from .model import TorchModel
-from .runtime import default_engine
 from .tensors import broadcast_tensors, floating_tensors
 
 _WORKERS: weakref.WeakKeyDictionary[torch.nn.Module, Worker] = weakref.WeakKeyDictionary()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mpirun import run_mpi
-from torch_cases import COMPARED, UNCOMPARED  # the script's lists (tests/torch_adapter is on sys.path)
+from strategy_comparison import check_comparison_output
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent.parent / "examples"
@@ -21,13 +21,13 @@ EXAMPLES = HERE.parent.parent / "examples"
 @pytest.mark.mpi
 def test_every_strategy_is_within_two_points_of_allreduce_through_fast_torch() -> None:
     # 15 epochs each. Measured (4 ranks, 2 cores): all-reduce 0.9889 (deterministic); localsgd, dpsgd, sgp, adpsgd,
-    # easgd and gossip 0.9944-0.9972; async:torus 0.9889-0.9972, with staleness=1 0.9750-0.9861. Run but not
-    # compared (numbers and reasons in torch_cases.py): fast:torus (0.58-0.90) and async:torus,remix_stale=true
-    # (0.958-0.986).
+    # easgd and gossip 0.9944-0.9972; async:torus 0.9889-0.9972 over 11 runs, with staleness=1 0.9750-0.9861. Run
+    # but not compared (reasons in tests/strategy_comparison.py): fast:torus 0.58, 0.63, 0.72, 0.77, 0.78, 0.86, 0.90
+    # (reset_optimizer=true 0.84, 0.91; synchronous=true 0.08, it diverges; at lr 0.0167 and 0.01, a third and a fifth
+    # of the others' rate, it reached 0.95-0.99) and async:torus,remix_stale=true 0.9583-0.9861 over 31 runs (mean
+    # staleness 2.6 steps, max 18: 4 ranks share 2 cores).
     output = run_mpi(4, HERE / "torch_cases.py", timeout=240)  # a failure makes the job exit nonzero: run_mpi fails
-    for strategy in ["allreduce", *COMPARED, *UNCOMPARED]:
-        assert re.search(rf"^{re.escape(strategy)}: test accuracy [0-9.]+ ", output, re.MULTILINE), output
-    assert f"{len(COMPARED)} passed, 0 failed" in output, output
+    check_comparison_output(output)
 
 
 @pytest.mark.mpi
