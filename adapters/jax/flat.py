@@ -9,7 +9,6 @@ writes the whole model once more (``benchmarks/adapter_overhead.py``). Nothing i
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -19,9 +18,6 @@ import jax.numpy as jnp
 from fast_core.flat import FlatLayout
 
 BUFFER_DTYPES = ("float32", "float64")
-_COPY = {"may_alias": False} if "may_alias" in inspect.signature(jax.device_put).parameters else {}
-"""device_put copies NumPy input (JAX's default, made explicit where the version can say so): the device arrays must
-not share memory with a buffer the strategies keep mixing into."""
 
 
 def named_leaves(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
@@ -91,11 +87,13 @@ class FlatTree:
             raise ValueError(
                 f"flat buffer is {flat.shape} {flat.dtype}; the layout needs ({self.layout.size},) {self.dtype}"
             )
+        # Our own copy of each slice: on the CPU, device_put may alias a 64-byte-aligned NumPy array instead of
+        # copying it (seen with jax 0.10, whatever may_alias says), and the strategies keep mixing into ``flat``.
         slices = [
-            flat[entry.offset : entry.offset + entry.size].reshape(entry.shape).astype(dtype, copy=False)
+            flat[entry.offset : entry.offset + entry.size].reshape(entry.shape).astype(dtype, copy=True)
             for entry, dtype in zip(self.layout.entries, self.leaf_dtypes, strict=True)
         ]
-        return jax.tree_util.tree_unflatten(self.treedef, jax.device_put(slices, **_COPY))
+        return jax.tree_util.tree_unflatten(self.treedef, jax.device_put(slices))
 
 
 def _common_dtype(dtypes: dict[str, np.dtype]) -> str:
