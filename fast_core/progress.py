@@ -87,4 +87,7 @@ def record_line(record: Mapping[str, Any]) -> str:
 
 
 def print_record(record: Mapping[str, Any]) -> None:
-    print(record_line(record), file=sys.stderr, flush=True)
+    """One write of the whole line: ``print`` writes the newline separately, and on an unbuffered stderr (as
+    ``fast run`` sets) another rank's line could then land between a line and its newline."""
+    sys.stderr.write(record_line(record) + "\n")
+    sys.stderr.flush()
