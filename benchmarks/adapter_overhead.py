@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from report import markers, write_section
+from report import command_line, markers, write_section
 
 NAME = "adapter_overhead"
 START, END = markers(NAME)
@@ -76,12 +76,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.frameworks = args.frameworks or list(FRAMEWORKS)
     args.models = args.models or list(MODELS)
     return args
-
-
-def command_line() -> str:
-    """The command that produced this run (a plain python process, unlike the MPI benchmarks')."""
-    env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}python {' '.join(sys.argv)}"
 
 
 def mlp_parameters(widths: Sequence[int]) -> int:
@@ -292,7 +286,7 @@ def section(rows: Sequence[Row], library_versions: Sequence[str], args: argparse
             START,
             "## Adapter overhead per step (`benchmarks/adapter_overhead.py`)",
             "",
-            f"`{command_line()}`",
+            f"`{command_line(None)}`",
             "",
             f"{', '.join(library_versions)}, NumPy {np.__version__}; {os.cpu_count()} CPUs, "
             f"{datetime.date.today()}; load average {args.load:.1f} when the run started (other jobs on the machine "

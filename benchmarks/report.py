@@ -37,10 +37,11 @@ def write_section(path: Path, name: str, text: str) -> None:
     path.write_text(new)
 
 
-def command_line(ranks: int) -> str:
-    """The command that produced this run, for the section's header."""
+def command_line(ranks: int | None) -> str:
+    """The command that produced this run, for the section's header (``ranks=None``: a plain python process)."""
     env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}mpiexec -n {ranks} python -m mpi4py {' '.join(sys.argv)}"
+    launcher = "python" if ranks is None else f"mpiexec -n {ranks} python -m mpi4py"
+    return f"{env}{launcher} {' '.join(sys.argv)}"
 
 
 def gather_to_root(comm, values: Sequence[float]) -> np.ndarray | None:
