@@ -31,7 +31,8 @@ class ModelAdapter(Protocol):
     def set_grads(self, flat: np.ndarray) -> None:
         """Replace the gradients the optimizer is about to use."""
 
-    # Optional: ``reset_optimizer()`` clears the optimizer's state (used by FAST's restart_from_best).
-
     def apply_gradient(self, flat_grad: np.ndarray) -> None:
         """Take one step of the user's (stateful) optimizer with this gradient, e.g. a neighbour's for FAST."""
+
+    def reset_optimizer(self) -> None:
+        """Clear the optimizer's state (momentum, AdaGrad sums): FAST's best-replica restart may ask for it."""

@@ -17,19 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .config import RunConfig
+from .observers import Observer
 from .progress import ProgressBar, print_record
-from .runlog import (
-    DEFAULT_LOG_EVERY,
-    LABEL_VARIABLE,
-    LOG_EVERY_VARIABLE,
-    PROGRESS_VARIABLE,
-    RUN_DIR_VARIABLE,
-    VERBOSE_VARIABLE,
-    RunLog,
-    flag,
-    rank_file,
-)
+from .runlog import RunLog, rank_file
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -40,8 +31,10 @@ SUMMED = "samples"
 """The one recorded value that adds up (a running total); every other value is averaged between records."""
 
 
-class Reporter:
+class Reporter(Observer):
     """One rank's reporting: averages recorded values between records, writes them, feeds the bar."""
+
+    records = True
 
     def __init__(
         self, rank: int, run_dir: Path | None, every: int, progress: bool, verbose: bool, label: str = ""
@@ -61,15 +54,24 @@ class Reporter:
         self._step_time = 0.0  # seconds from the start to the end of the last step (closing may wait for peers)
         self._start = time.perf_counter()
 
-    # what the Worker calls ---------------------------------------------------------------------------------------
-    def start(self, worker: Worker) -> None:
+    # Worker events -----------------------------------------------------------------------------------------------
+    def on_start(self, worker: Worker) -> None:
         self._start = time.perf_counter()
         if self._progress:
             self._bar = ProgressBar(self._label or worker.strategy.name)
         meta = {"size": worker.size, "strategy": repr(worker.strategy), "host": socket.gethostname()}
         self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every})
 
-    def values(self, values: dict[str, Any]) -> None:
+    def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
+        if kind == "epoch":
+            self._epochs += 1
+            self._emit(worker, "epoch", {"epoch": self._epochs, **values})
+        elif kind == "result":
+            self._emit(worker, "result", values)
+        else:
+            self._add(values)
+
+    def _add(self, values: dict[str, Any]) -> None:
         for key, value in values.items():
             if key == SUMMED:
                 self._samples += float(value)
@@ -77,21 +79,14 @@ class Reporter:
                 self._sums[key] = self._sums.get(key, 0.0) + float(value)
                 self._counts[key] = self._counts.get(key, 0) + 1
 
-    def after_step(self, worker: Worker) -> None:
+    def on_step_end(self, worker: Worker) -> None:
         self._step_time = time.perf_counter() - self._start
         if self._bar is not None:
             self._bar.update()
         if worker.step % self.every == 0:
             self._emit(worker, "step", self._interval())
 
-    def epoch(self, worker: Worker, values: dict[str, Any]) -> None:
-        self._epochs += 1
-        self._emit(worker, "epoch", {"epoch": self._epochs, **values})
-
-    def result(self, worker: Worker, values: dict[str, Any]) -> None:
-        self._emit(worker, "result", values)
-
-    def close(self, worker: Worker) -> None:
+    def on_close(self, worker: Worker) -> None:
         """The last values, then a "close" record with the totals; the bar ends. Results may still follow."""
         if self._counts and worker.step != self._last_step:
             self._emit(worker, "step", self._interval())
@@ -140,12 +135,7 @@ def epoch_summary(worker: Worker, loss: float) -> tuple[float, float | None]:
 
 def reporter_from_environment(rank: int) -> Reporter | None:
     """The Reporter `fast run` asks for through the environment, or None when it asks for nothing."""
-    run_dir = os.environ.get(RUN_DIR_VARIABLE, "").strip()
-    progress, verbose = flag(PROGRESS_VARIABLE), flag(VERBOSE_VARIABLE)
-    if not (run_dir or progress or verbose):
+    config = RunConfig.from_environment()
+    if not config.reporting:
         return None
-    every_text = os.environ.get(LOG_EVERY_VARIABLE, "").strip() or str(DEFAULT_LOG_EVERY)
-    if not every_text.isdigit() or int(every_text) < 1:
-        raise ConfigError(f"{LOG_EVERY_VARIABLE}={every_text!r}: give a whole number of steps >= 1")
-    label = os.environ.get(LABEL_VARIABLE, "").strip()
-    return Reporter(rank, Path(run_dir) if run_dir else None, int(every_text), progress, verbose, label)
+    return Reporter(rank, config.run_dir, config.log_every, config.progress, config.verbose, config.label)

@@ -2,40 +2,23 @@
 
 A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result"), ``rank``, ``step``,
 ``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
-ranks through the environment variables below, so scripts need no argument parsing.
+ranks through the run configuration (``fast_core.config``), so scripts need no argument parsing.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-RUN_DIR_VARIABLE = "FAST_RUN_DIR"
-"""The run folder; each rank appends its records to ``rank<r>.jsonl`` there."""
-LOG_EVERY_VARIABLE = "FAST_LOG_EVERY"
-"""A "step" record every this many steps (default 10)."""
-PROGRESS_VARIABLE = "FAST_PROGRESS"
-"""1: rank 0 shows a progress bar (``fast run`` sets it when its output is a terminal)."""
-VERBOSE_VARIABLE = "FAST_VERBOSE"
-"""1: every rank prints its records as lines on stderr."""
-LABEL_VARIABLE = "FAST_RUN_LABEL"
-"""What the progress bar calls the run (``fast run`` passes the strategy string)."""
-DEFAULT_LOG_EVERY = 10
 RUN_FILE = "run.json"
 """The launcher's description of the job (command, ranks, strategy, exit code) in the run folder."""
 
 
 def rank_file(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.jsonl"
-
-
-def flag(name: str) -> bool:
-    """An environment variable used as a switch: set and not 0/false/no."""
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def plain(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,7 @@ STRAGGLING = """
 import os, time
 import numpy as np
 import fast_core
+from fast_core.straggler import Straggler
 from fast_core.numpy_model import SGD, SoftmaxRegression
 
 engine = fast_core.init()
@@ -98,7 +99,7 @@ for _ in range(20):
     model.optimizer_step()
     worker.after_step()
 worker.close()
-slept = worker._straggler.slept if worker._straggler is not None else 0.0
+slept = sum(o.slept for o in worker.observers if isinstance(o, Straggler))
 os.write(1, f"rank {engine.rank} slept {slept:.4f} computed {computing:.4f}\\n".encode())
 """
 
@@ -352,7 +353,7 @@ def test_without_fast_run_the_worker_reports_nothing(tmp_path: Path, monkeypatch
     for name in ("FAST_RUN_DIR", "FAST_PROGRESS", "FAST_VERBOSE", "FAST_STRAGGLER"):
         monkeypatch.delenv(name, raising=False)
     worker = fast_core.Worker(SoftmaxRegression(3, 2), "allreduce", fast_core.LocalCluster(1).engine(0))
-    assert worker._reporter is None and worker._straggler is None
+    assert worker.observers == []
 
 
 def test_progress_bar_keeps_the_scripts_lines_whole(monkeypatch) -> None:

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..config import STRATEGY_VARIABLE
 from ..runlog import read_run
-from ..strategies.spec import STRATEGY_VARIABLE
 from .common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
 from .frameworks import FRAMEWORKS, Framework
 from .launch import Job, find_mpiexec, python_target, run_job

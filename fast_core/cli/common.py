@@ -8,17 +8,10 @@ import os
 import re
 import sys
 from pathlib import Path
-from unittest import mock
 
+from ..config import RunConfig, environment, resolve_strategy
 from ..strategies import Strategy
-from ..strategies.spec import (
-    DEFAULT_STRATEGY,
-    STRATEGIES,
-    STRATEGY_VARIABLE,
-    TOPOLOGY_VARIABLE,
-    parse_strategy,
-    strategy_from_environment,
-)
+from ..strategies.spec import STRATEGIES, parse_strategy
 from ..topology import make_topology
 
 
@@ -53,20 +46,22 @@ def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
 
 
 def check_strategy(spec: str | None, topology: str | None, workers: int) -> Strategy:
-    """The strategy the ranks will build from FAST_STRATEGY / FAST_TOPOLOGY, built here first so that a typo is one
-    message now rather than a traceback on every rank; named topologies are built for ``workers`` ranks."""
-    given = {STRATEGY_VARIABLE: spec, TOPOLOGY_VARIABLE: topology}
-    with mock.patch.dict(os.environ, {name: value for name, value in given.items() if value}):
-        strategy = strategy_from_environment()
-        effective = os.environ.get(STRATEGY_VARIABLE, "").strip() or DEFAULT_STRATEGY
+    """The strategy the ranks will build from the run configuration (``spec`` and ``topology`` given here, else
+    the ones already in this environment), built here first so that a typo is one message now rather than a
+    traceback on every rank; named topologies are built for ``workers`` ranks."""
+    outer = environment()
+    config = RunConfig(strategy=spec or outer.strategy, topology=topology or outer.topology)
+    strategy = resolve_strategy(None, config)
+    effective = config.strategy_spec()
     name, options = parse_strategy(effective)
     named = options.get("topology")
     if isinstance(named, str) and "topology" in inspect.signature(STRATEGIES[name]).parameters:
         make_topology(named, workers)
     if topology:
         make_topology(topology, workers)
-        if named is not None or "topology" not in inspect.signature(STRATEGIES[name]).parameters:
-            warn(f"--topology {topology} is not used: strategy '{effective}' names its own topology or takes none")
+        if not config.topology_used():
+            warn(f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
+                 "topology or takes none")
     return strategy
 
 

@@ -15,9 +15,18 @@ import sys
 import time
 from pathlib import Path
 
-from ..runlog import LABEL_VARIABLE, LOG_EVERY_VARIABLE, PROGRESS_VARIABLE, RUN_DIR_VARIABLE, RUN_FILE, VERBOSE_VARIABLE
-from ..straggler import STRAGGLER_RANK_VARIABLE, STRAGGLER_VARIABLE
-from ..strategies.spec import STRATEGY_VARIABLE, TOPOLOGY_VARIABLE
+from ..config import (
+    LABEL_VARIABLE,
+    LOG_EVERY_VARIABLE,
+    PROGRESS_VARIABLE,
+    RUN_DIR_VARIABLE,
+    STRAGGLER_RANK_VARIABLE,
+    STRAGGLER_VARIABLE,
+    STRATEGY_VARIABLE,
+    TOPOLOGY_VARIABLE,
+    VERBOSE_VARIABLE,
+)
+from ..runlog import RUN_FILE
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
 from .launch import Job, python_target, run_job
 

@@ -13,10 +13,16 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ..config import DEFAULT_TIMEOUT, check_timeout, environment
 from ..errors import PeerTimeout
 
-DEFAULT_TIMEOUT = 120.0
-"""Seconds a rank waits for a peer before raising PeerTimeout (override per engine or with FAST_TIMEOUT)."""
+__all__ = ["DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
+
+
+def resolve_timeout(timeout: float | None) -> float:
+    """An engine's timeout: the one given (checked), else the run configuration's (FAST_TIMEOUT, default 120 s)."""
+    return environment().timeout if timeout is None else check_timeout(timeout)
+
 
 REDUCE_OPS = ("sum", "min", "max")
 SPIN_POLLS = 20
@@ -88,6 +94,9 @@ class Engine(ABC):
 
         Collective: every rank must call it. A background communication thread gets its own this way.
         """
+
+    def record_wait(self, seconds: float) -> None:  # noqa: B027 - a metering engine counts it
+        """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
 
     def check_alive(self) -> None:  # noqa: B027 - optional hook, most engines have nothing to check
         """Raise when the job cannot make progress any more (used by in-process clusters)."""

@@ -7,7 +7,6 @@ waiting for it until their timeout.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MessageError, PeerFailed, PeerTimeout
-from .base import DEFAULT_TIMEOUT, Engine, Request, check_contiguous, check_op, check_tag
+from .base import Engine, Request, check_contiguous, check_op, check_tag, resolve_timeout
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -28,7 +27,7 @@ class LocalCluster:
         if size < 1:
             raise ValueError(f"a cluster needs at least one worker, got size={size}")
         self.size = size
-        self.timeout = float(os.environ.get("FAST_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else timeout
+        self.timeout = resolve_timeout(timeout)
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, int, int], dict[int, np.ndarray]] = {}
         self._sent: dict[tuple[int, int, int], int] = {}

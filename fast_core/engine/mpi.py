@@ -7,7 +7,6 @@ communicate while the trainer computes.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 
@@ -15,7 +14,6 @@ import numpy as np
 
 from ..errors import MessageError, PeerTimeout
 from .base import (
-    DEFAULT_TIMEOUT,
     MAX_USER_TAG,
     Engine,
     Patience,
@@ -23,6 +21,7 @@ from .base import (
     check_contiguous,
     check_op,
     check_tag,
+    resolve_timeout,
     timeout_error,
 )
 
@@ -115,7 +114,7 @@ class MPIEngine(Engine):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.timeout = float(os.environ.get("FAST_TIMEOUT", DEFAULT_TIMEOUT)) if timeout is None else timeout
+        self.timeout = resolve_timeout(timeout)
         self.thread_level = MPI.Query_thread()
         self.threads_supported = self.thread_level == MPI.THREAD_MULTIPLE
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}

@@ -8,13 +8,13 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..mixing import axpy
-from ..service import RequestService
 from ..topology import Topology
+from ..transport.service import RequestService
 from .async_avg import static_topology
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 class ADPSGD(Strategy):
@@ -37,24 +37,23 @@ class ADPSGD(Strategy):
         self.topology = topology
         self.seed = seed
 
-    def setup(self, worker: Worker) -> None:
-        graph = static_topology(self.topology, worker.size, "uniform", "AD-PSGD")
+    def setup(self, ctx: StepContext) -> None:
+        graph = static_topology(self.topology, ctx.size, "uniform", "AD-PSGD")
         if not graph.is_undirected():
             raise ConfigError(f"AD-PSGD averages in pairs, so it needs an undirected topology; {graph!r} is directed")
-        self._rank = worker.rank
-        self._neighbors = graph.out_neighbors(worker.rank)
-        self._rng = np.random.default_rng((self.seed, worker.rank))
-        self._snapshot = np.array(worker.model.params(), copy=True)  # this rank's value as pairs see it
+        self._rank = ctx.rank
+        self._neighbors = graph.out_neighbors(ctx.rank)
+        self._rng = np.random.default_rng((self.seed, ctx.rank))
+        self._snapshot = np.array(ctx.model.params(), copy=True)  # this rank's value as pairs see it
         self._correction = np.zeros_like(self._snapshot)  # pair averages not yet applied by the trainer
         self._service = RequestService(
-            worker.engine,
+            ctx.engine,
             self._neighbors,
-            worker.layout.size,
-            worker.layout.dtype,
+            ctx.layout.size,
+            ctx.layout.dtype,
             self._answer,
             on_reply=self._take_reply,
-            metrics=worker.metrics,
-            name="adpsgd",
+                        name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned
         )
         self._service.start()
@@ -82,21 +81,21 @@ class ADPSGD(Strategy):
             axpy(0.5, theirs, self._snapshot)
             axpy(-0.5, asked, self._snapshot)
 
-    def _settle(self, worker: Worker) -> np.ndarray:
+    def _settle(self, ctx: StepContext) -> np.ndarray:
         """Add the pair averages done since the last step; publish the result as our snapshot."""
-        params = worker.model.params()
+        params = ctx.model.params()
         with self._service.lock:
             params += self._correction
             self._correction.fill(0.0)
             np.copyto(self._snapshot, params)
-        worker.model.set_params(params)
+        ctx.model.set_params(params)
         return params
 
-    def after_step(self, worker: Worker) -> None:
-        params = self._settle(worker)
+    def after_step(self, ctx: StepContext) -> None:
+        params = self._settle(ctx)
         if self._neighbors and self._service.pending is None:  # never wait: skip a turn while a pair is open
             self._service.ask(int(self._rng.choice(self._neighbors)), params)
 
-    def close(self, worker: Worker) -> None:
+    def close(self, ctx: StepContext) -> None:
         self._service.close()  # every rank's requests are answered once this returns
-        self._settle(worker)  # so the last pairs' halves are applied and the average stays exact
+        self._settle(ctx)  # so the last pairs' halves are applied and the average stays exact

@@ -7,16 +7,17 @@ from typing import TYPE_CHECKING
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 class AllReduce(Strategy):
     """x_i <- x_i - eta * (1/N) sum_j g_j: gradients averaged before the optimizer step, workers stay identical."""
 
     name = "allreduce"
+    uses_gradients = True
 
-    def before_step(self, worker: Worker) -> None:
-        grads = worker.model.grads()
-        worker.allreduce(grads)
-        grads *= 1.0 / worker.size
-        worker.model.set_grads(grads)
+    def before_step(self, ctx: StepContext) -> None:
+        grads = ctx.model.grads()
+        ctx.engine.allreduce(grads)
+        grads *= 1.0 / ctx.size
+        ctx.model.set_grads(grads)

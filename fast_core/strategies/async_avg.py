@@ -6,13 +6,13 @@ import math
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..mailbox import Mailbox
 from ..mixing import axpy
 from ..topology import Topology, make_topology
+from ..transport.mailbox import Mailbox
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 def static_topology(spec: str | Topology, size: int, weights: str, who: str) -> Topology:
@@ -55,41 +55,40 @@ class AsyncAveraging(Strategy):
         self.weights = weights
         self.remix_stale = bool(remix_stale)
 
-    def setup(self, worker: Worker) -> None:
-        self._graph = static_topology(self.topology, worker.size, self.weights, "async averaging")
-        rank = worker.rank
+    def setup(self, ctx: StepContext) -> None:
+        self._graph = static_topology(self.topology, ctx.size, self.weights, "async averaging")
+        rank = ctx.rank
         self._self_weight = self._graph.self_weight(rank)
         self._in_weights = self._graph.in_weights(rank)
         self._mailbox = Mailbox(
-            worker.engine,
+            ctx.engine,
             self._graph.in_neighbors(rank),
             self._graph.out_neighbors(rank),
-            worker.layout.size,
-            worker.layout.dtype,
-            metrics=worker.metrics,
-            name="async-averaging",
+            ctx.layout.size,
+            ctx.layout.dtype,
+                        name="async-averaging",
         )
-        self._mailbox.post(worker.model.params(), worker.step)
+        self._mailbox.post(ctx.model.params(), ctx.step)
 
-    def after_step(self, worker: Worker) -> None:
-        mailbox, step = self._mailbox, worker.step
+    def after_step(self, ctx: StepContext) -> None:
+        mailbox, step = self._mailbox, ctx.step
         if self.staleness is not None:
             for peer in self._in_weights:
-                worker.metrics.wait_seconds += mailbox.wait_for(peer, min_step=step - self.staleness)
-        params = worker.model.params()
+                mailbox.wait_for(peer, min_step=step - self.staleness)
+        params = ctx.model.params()
         heard = []
         for peer, weight in self._in_weights.items():
             message = mailbox.take(peer)
             if message is not None and (message.fresh or self.remix_stale):
                 heard.append((weight, message.payload))
-                worker.metrics.record_staleness(max(0, step - message.step))
+                ctx.metrics.record_staleness(max(0, step - message.step))
         self_weight = self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)
         if heard:
             params *= self_weight
             for weight, payload in heard:
                 axpy(weight, payload, params)
-            worker.model.set_params(params)
+            ctx.model.set_params(params)
         mailbox.post(params, step + 1)
 
-    def close(self, worker: Worker) -> None:
+    def close(self, ctx: StepContext) -> None:
         self._mailbox.close()

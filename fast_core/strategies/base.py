@@ -1,11 +1,70 @@
-"""What every strategy is: three hooks around the optimizer step, written once against the Worker."""
+"""What every strategy is, and all it may touch: hooks around the optimizer step, given a narrow StepContext.
+
+A strategy never sees the Worker. Its hooks get a ``StepContext``: the (metered) engine, the model through the
+adapter contract, the layout, this rank and the job size, the metrics, and two clocks: ``step``, the worker's global
+step (the same on every rank; message stamps and staleness use it), and ``round``, how many mixing rounds this
+strategy has done (time-varying topologies are indexed by it). The two agree unless a wrapper such as ``Every``
+runs the strategy on some steps only; then ``round`` still counts 0, 1, 2, ... so a one-peer exponential graph
+cycles through all its peers.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from ..contract import ModelAdapter
+    from ..engine import Engine
+    from ..flat import FlatLayout
+    from ..metrics import Metrics
+
+
+class StepContext:
+    """What a strategy's hooks may use. The Worker owns one and advances its clocks; wrappers make children."""
+
+    def __init__(self, engine: Engine, model: ModelAdapter, metrics: Metrics) -> None:
+        self.engine = engine
+        """Messages, collectives and waits; metered, so the strategy counts nothing by hand."""
+        self.model = model
+        self.metrics = metrics
+        self.rank = engine.rank
+        self.size = engine.size
+        self.round = 0
+        self._step = 0
+
+    @property
+    def layout(self) -> FlatLayout:
+        return self.model.layout
+
+    @property
+    def step(self) -> int:
+        """The worker's global step: 0 before the first optimizer step, then one more after each."""
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._step = value
+
+    def child(self) -> StepContext:
+        """A context with the same step and resources but its own round counter (for ``Every``'s inner strategy)."""
+        return _ChildContext(self)
+
+
+class _ChildContext(StepContext):
+    """Shares its parent's step; counts its own rounds."""
+
+    def __init__(self, parent: StepContext) -> None:
+        super().__init__(parent.engine, parent.model, parent.metrics)
+        self._parent = parent
+        self.round = parent.round  # a strategy set up at step s (after a Schedule switch) starts at round s
+
+    @property
+    def step(self) -> int:
+        return self._parent.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        raise AttributeError("a child context follows its parent's step")
 
 
 class Strategy:
@@ -14,35 +73,29 @@ class Strategy:
     ``setup`` runs once all ranks hold the same parameters; ``before_step`` sees the gradients of the last
     backward pass before the user's optimizer uses them; ``after_step`` sees the parameters the optimizer left;
     ``close`` completes any communication still in flight.
+
+    Two facts a strategy declares rather than leaves to be guessed: ``lockstep`` (every rank takes part in every
+    step, so a rank out of data must keep joining in; False for asynchronous strategies) and ``uses_gradients``
+    (it reads or replaces gradients, so an adapter must expose them and apply one through the user's optimizer).
     """
 
     name = "strategy"
+    lockstep: bool = True
+    uses_gradients: bool = False
 
-    @property
-    def lockstep(self) -> bool:
-        """True when every rank must take part in every step, so a rank out of data must keep joining in
-        (Worker.join); asynchronous strategies are False."""
-        return bool(getattr(self, "synchronous", True))
-
-    @property
-    def uses_gradients(self) -> bool:
-        """True when the strategy reads or replaces gradients (all-reduce, FAST): an adapter must then expose the
-        gradient and apply one through the user's optimizer; parameter strategies need only the parameters."""
-        return type(self).before_step is not Strategy.before_step
-
-    def setup(self, worker: Worker) -> None:
+    def setup(self, ctx: StepContext) -> None:
         """Allocate buffers and start whatever communication precedes the first step."""
 
-    def before_step(self, worker: Worker) -> None:
+    def before_step(self, ctx: StepContext) -> None:
         """Act on the gradients (gradient strategies)."""
 
-    def after_step(self, worker: Worker) -> None:
+    def after_step(self, ctx: StepContext) -> None:
         """Act on the parameters (parameter strategies)."""
 
-    def end_epoch(self, worker: Worker, metric: float) -> None:
+    def end_epoch(self, ctx: StepContext, metric: float) -> None:
         """React to the end of an epoch with this worker's validation metric (e.g. FAST's best-replica restart)."""
 
-    def close(self, worker: Worker) -> None:
+    def close(self, ctx: StepContext) -> None:
         """Complete pending communication."""
 
     def __repr__(self) -> str:

@@ -3,11 +3,11 @@
 ``Every(4, "dpsgd:ring")`` and ``Schedule([(100, "allreduce"), (None, "dpsgd:ring")])`` wrap any strategy, in
 the spirit of optax's ``chain``: the pieces stay small and each algorithm is still written once.
 
-Time index. Wrapped strategies see the real Worker, so ``worker.step`` is always the global step, the same on
-every rank; the wrappers only choose which steps reach the inner hooks. Strategies that count their own rounds
-keep doing so: D-PSGD indexes its topology by exchange round, starting at the step it was set up at, so under
-``Every(k, ...)`` round r (not step r) uses W(r) and a one-peer exponential graph still cycles through all its
-peers; after a ``Schedule`` switch at step s its rounds are steps s, s+1, ... exactly as if it had run from 0.
+Time index. Wrapped strategies get a StepContext whose ``step`` is always the worker's global step, the same on
+every rank; the wrappers only choose which steps reach the inner hooks. ``Every`` gives its inner strategy a child
+context whose ``round`` counts only the steps it runs on, so round r (not step r) uses W(r) and a one-peer
+exponential graph still cycles through all its peers (D-PSGD and SGP index their topology by round). After a
+``Schedule`` switch at step s the new strategy's rounds are s, s+1, ... exactly as if it had run from 0.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .base import Strategy
 from .local_sgd import check_steps
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 def _build(strategy: Strategy | str) -> Strategy:
@@ -51,25 +51,27 @@ class Every(Strategy):
     def uses_gradients(self) -> bool:
         return self.inner.uses_gradients
 
-    def _due(self, worker: Worker) -> bool:
-        return (worker.step + 1) % self.k == 0
+    def _due(self, ctx: StepContext) -> bool:
+        return (ctx.step + 1) % self.k == 0
 
-    def setup(self, worker: Worker) -> None:
-        self.inner.setup(worker)
+    def setup(self, ctx: StepContext) -> None:
+        self._inner_ctx = ctx.child()  # the inner strategy's rounds count its own mixing steps only
+        self.inner.setup(self._inner_ctx)
 
-    def before_step(self, worker: Worker) -> None:
-        if self._due(worker):
-            self.inner.before_step(worker)
+    def before_step(self, ctx: StepContext) -> None:
+        if self._due(ctx):
+            self.inner.before_step(self._inner_ctx)
 
-    def after_step(self, worker: Worker) -> None:
-        if self._due(worker):
-            self.inner.after_step(worker)
+    def after_step(self, ctx: StepContext) -> None:
+        if self._due(ctx):
+            self.inner.after_step(self._inner_ctx)
+            self._inner_ctx.round += 1
 
-    def end_epoch(self, worker: Worker, metric: float) -> None:
-        self.inner.end_epoch(worker, metric)
+    def end_epoch(self, ctx: StepContext, metric: float) -> None:
+        self.inner.end_epoch(self._inner_ctx, metric)
 
-    def close(self, worker: Worker) -> None:
-        self.inner.close(worker)
+    def close(self, ctx: StepContext) -> None:
+        self.inner.close(self._inner_ctx)
 
 
 Phase = tuple[int | None, Strategy | str]
@@ -81,7 +83,7 @@ class Schedule(Strategy):
     Steps are counted from the step the schedule was set up at (0 in a plain run), so schedules nest. Every
     rank switches at the same step: at the first hook of the switch step (before_step, or after_step when an
     adapter only calls that), the old strategy's ``close`` completes its pending communication and the new
-    one's ``setup`` runs with ``worker.step`` equal to the switch step and the parameters that step started
+    one's ``setup`` runs with ``ctx.step`` equal to the switch step and the parameters that step started
     from.
     """
 
@@ -124,10 +126,10 @@ class Schedule(Strategy):
                 return index
         raise AssertionError("unreachable: the last phase has None steps")
 
-    def setup(self, worker: Worker) -> None:
-        self._origin = worker.step
+    def setup(self, ctx: StepContext) -> None:
+        self._origin = ctx.step
         self._index = 0
-        self.active.setup(worker)
+        self.active.setup(ctx)
 
     @property
     def lockstep(self) -> bool:
@@ -142,26 +144,26 @@ class Schedule(Strategy):
         """The strategy that owns the current step."""
         return self.phases[self._index][1]
 
-    def _advance(self, worker: Worker) -> None:
-        index = self._phase_at(worker.step - self._origin)
+    def _advance(self, ctx: StepContext) -> None:
+        index = self._phase_at(ctx.step - self._origin)
         if index != self._index:
-            self.active.close(worker)
+            self.active.close(ctx)
             self._index = index
-            self.active.setup(worker)
+            self.active.setup(ctx)
 
-    def before_step(self, worker: Worker) -> None:
-        self._advance(worker)
-        self.active.before_step(worker)
+    def before_step(self, ctx: StepContext) -> None:
+        self._advance(ctx)
+        self.active.before_step(ctx)
 
-    def after_step(self, worker: Worker) -> None:
-        self._advance(worker)
-        self.active.after_step(worker)
+    def after_step(self, ctx: StepContext) -> None:
+        self._advance(ctx)
+        self.active.after_step(ctx)
 
-    def end_epoch(self, worker: Worker, metric: float) -> None:
-        self.active.end_epoch(worker, metric)
+    def end_epoch(self, ctx: StepContext, metric: float) -> None:
+        self.active.end_epoch(ctx, metric)
 
-    def close(self, worker: Worker) -> None:
-        self.active.close(worker)
+    def close(self, ctx: StepContext) -> None:
+        self.active.close(ctx)
 
 
 def warmup(steps: int, then: Strategy | str) -> Strategy:

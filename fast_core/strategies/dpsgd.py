@@ -13,7 +13,7 @@ from ..topology import Topology, is_column_stochastic, make_topology
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 class DPSGD(Strategy):
@@ -29,9 +29,9 @@ class DPSGD(Strategy):
         self.topology = topology
         self.weights = weights
 
-    def setup(self, worker: Worker) -> None:
-        self._graph = make_topology(self.topology, worker.size, weights=self.weights)
-        if worker.rank == 0 and not all(
+    def setup(self, ctx: StepContext) -> None:
+        self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
+        if ctx.rank == 0 and not all(
             is_column_stochastic(self._graph.mixing_matrix(k)) for k in range(self._graph.period)
         ):
             warnings.warn(
@@ -40,35 +40,35 @@ class DPSGD(Strategy):
                 "on a directed one",
                 stacklevel=2,
             )
-        self._start = worker.layout.empty()  # own parameters at the start of the step, also the send buffer
+        self._start = ctx.layout.empty()  # own parameters at the start of the step, also the send buffer
         self._received: dict[int, np.ndarray] = {}
         self._requests: list[Request] = []
-        self._post(worker, worker.step)
+        self._post(ctx, ctx.round)
 
-    def _buffer(self, worker: Worker, peer: int) -> np.ndarray:
+    def _buffer(self, ctx: StepContext, peer: int) -> np.ndarray:
         if peer not in self._received:
-            self._received[peer] = worker.layout.empty()
+            self._received[peer] = ctx.layout.empty()
         return self._received[peer]
 
-    def _post(self, worker: Worker, step: int) -> None:
-        np.copyto(self._start, worker.model.params())
-        sources = self._graph.in_neighbors(worker.rank, step)
-        dests = self._graph.out_neighbors(worker.rank, step)
-        recvs = [self._buffer(worker, peer) for peer in sources]
-        self._requests = worker.exchange(self._start, dests, recvs, sources)
+    def _post(self, ctx: StepContext, step: int) -> None:
+        np.copyto(self._start, ctx.model.params())
+        sources = self._graph.in_neighbors(ctx.rank, step)
+        dests = self._graph.out_neighbors(ctx.rank, step)
+        recvs = [self._buffer(ctx, peer) for peer in sources]
+        self._requests = ctx.engine.exchange(self._start, dests, recvs, sources)
         self._round = step
 
-    def after_step(self, worker: Worker) -> None:
-        worker.wait_all(self._requests)
-        params = worker.model.params()
-        rank, step = worker.rank, self._round
+    def after_step(self, ctx: StepContext) -> None:
+        ctx.engine.wait_all(self._requests)
+        params = ctx.model.params()
+        rank, step = ctx.rank, self._round
         # params = x_i + delta_i  ->  w_ii x_i + sum_j w_ij x_j + delta_i
         axpy(self._graph.self_weight(rank, step) - 1.0, self._start, params)
         for peer, weight in self._graph.in_weights(rank, step).items():
             axpy(weight, self._received[peer], params)
-        worker.model.set_params(params)
-        self._post(worker, step + 1)
+        ctx.model.set_params(params)
+        self._post(ctx, step + 1)
 
-    def close(self, worker: Worker) -> None:
-        worker.wait_all(self._requests)
+    def close(self, ctx: StepContext) -> None:
+        ctx.engine.wait_all(self._requests)
         self._requests = []

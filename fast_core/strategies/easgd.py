@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..mixing import axpy
-from ..service import RequestService
+from ..transport.service import RequestService
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 class EASGD(Strategy):
@@ -37,26 +36,29 @@ class EASGD(Strategy):
         self.center = center
         self.synchronous = synchronous
 
-    def setup(self, worker: Worker) -> None:
-        if not 0 <= self.center < worker.size:
-            raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{worker.size - 1}")
-        self._alpha = self.alpha if self.alpha is not None else 0.9 / worker.size
-        self._is_center = worker.rank == self.center
-        self._others = [r for r in range(worker.size) if r != self.center]
-        self._z = np.array(worker.model.params(), copy=True) if self._is_center else None
-        self._scratch = worker.layout.empty()
+    @property
+    def lockstep(self) -> bool:
+        return self.synchronous
+
+    def setup(self, ctx: StepContext) -> None:
+        if not 0 <= self.center < ctx.size:
+            raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{ctx.size - 1}")
+        self._alpha = self.alpha if self.alpha is not None else 0.9 / ctx.size
+        self._is_center = ctx.rank == self.center
+        self._others = [r for r in range(ctx.size) if r != self.center]
+        self._z = np.array(ctx.model.params(), copy=True) if self._is_center else None
+        self._scratch = ctx.layout.empty()
         if self.synchronous:
-            self._received = {r: worker.layout.empty() for r in self._others} if self._is_center else {}
-            self._z_in = None if self._is_center else worker.layout.empty()
+            self._received = {r: ctx.layout.empty() for r in self._others} if self._is_center else {}
+            self._z_in = None if self._is_center else ctx.layout.empty()
             return
         self._service = RequestService(
-            worker.engine,
+            ctx.engine,
             self._others if self._is_center else [],
-            worker.layout.size,
-            worker.layout.dtype,
+            ctx.layout.size,
+            ctx.layout.dtype,
             self._answer if self._is_center else None,
-            metrics=worker.metrics,
-            name="easgd",
+                        name="easgd",
         )
 
     def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
@@ -65,37 +67,37 @@ class EASGD(Strategy):
         axpy(self._alpha, theirs, self._z)
         axpy(-self._alpha, reply, self._z)
 
-    def after_step(self, worker: Worker) -> None:
-        if worker.size == 1 or (worker.step + 1) % self.tau:
+    def after_step(self, ctx: StepContext) -> None:
+        if ctx.size == 1 or (ctx.step + 1) % self.tau:
             return  # alone, the centre would only lag behind the worker: plain SGD, as every strategy on one rank
         if self.synchronous:
-            self._synchronous_round(worker)
+            self._synchronous_round(ctx)
         else:
-            self._asynchronous_round(worker)
+            self._asynchronous_round(ctx)
 
     def _pull(self, params: np.ndarray, z: np.ndarray) -> None:
         """x <- x - alpha (x - z), in place."""
         params *= 1.0 - self._alpha
         axpy(self._alpha, z, params)
 
-    def _synchronous_round(self, worker: Worker) -> None:
-        params = worker.model.params()
+    def _synchronous_round(self, ctx: StepContext) -> None:
+        params = ctx.model.params()
         if self._is_center:
             np.copyto(self._scratch, self._z)  # z of this round, sent to every worker
-            requests = worker.exchange(self._scratch, self._others, list(self._received.values()), self._others)
-            worker.wait_all(requests)
+            requests = ctx.engine.exchange(self._scratch, self._others, list(self._received.values()), self._others)
+            ctx.engine.wait_all(requests)
             for x in (*self._received.values(), params):
                 axpy(self._alpha, x, self._z)
-            axpy(-self._alpha * worker.size, self._scratch, self._z)
+            axpy(-self._alpha * ctx.size, self._scratch, self._z)
             self._pull(params, self._scratch)
         else:
             np.copyto(self._scratch, params)
-            worker.wait_all(worker.exchange(self._scratch, [self.center], [self._z_in], [self.center]))
+            ctx.engine.wait_all(ctx.engine.exchange(self._scratch, [self.center], [self._z_in], [self.center]))
             self._pull(params, self._z_in)
-        worker.model.set_params(params)
+        ctx.model.set_params(params)
 
-    def _asynchronous_round(self, worker: Worker) -> None:
-        params = worker.model.params()
+    def _asynchronous_round(self, ctx: StepContext) -> None:
+        params = ctx.model.params()
         if self._is_center:
             with self._service.lock:  # the centre's own worker talks to z directly
                 np.copyto(self._scratch, self._z)
@@ -103,17 +105,15 @@ class EASGD(Strategy):
                 axpy(-self._alpha, self._scratch, self._z)
             self._pull(params, self._scratch)
         else:
-            start = time.perf_counter()
             self._service.ask(self.center, params)
             z = self._service.reply(wait=True)
-            worker.metrics.wait_seconds += time.perf_counter() - start
             self._pull(params, z)
-        worker.model.set_params(params)
+        ctx.model.set_params(params)
 
     def center_params(self) -> np.ndarray | None:
         """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""
         return self._z
 
-    def close(self, worker: Worker) -> None:
+    def close(self, ctx: StepContext) -> None:
         if not self.synchronous:
             self._service.close()

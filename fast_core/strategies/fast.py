@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..collectives import restart_from_best
 from ..errors import ConfigError
-from ..mailbox import Mailbox
 from ..topology import Topology
+from ..transport.mailbox import Mailbox
 from .async_avg import static_topology
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 _QUEUE_DEPTH = 4  # unread gradients kept per neighbour; the send gate keeps at most ~2 in flight
 
@@ -37,6 +38,7 @@ class FAST(Strategy):
     """Nearest-neighbour gradient sharing on a torus; each neighbour gradient is one extra optimizer step."""
 
     name = "fast"
+    uses_gradients = True
 
     def __init__(
         self,
@@ -52,55 +54,58 @@ class FAST(Strategy):
         self.restart_every = restart_every
         self.reset_optimizer = reset_optimizer
 
-    def setup(self, worker: Worker) -> None:
-        self._graph = static_topology(self.topology, worker.size, "uniform", "FAST")
-        self._sources = self._graph.in_neighbors(worker.rank)
-        self._dests = self._graph.out_neighbors(worker.rank)
+    @property
+    def lockstep(self) -> bool:
+        return self.synchronous
+
+    def setup(self, ctx: StepContext) -> None:
+        self._graph = static_topology(self.topology, ctx.size, "uniform", "FAST")
+        self._sources = self._graph.in_neighbors(ctx.rank)
+        self._dests = self._graph.out_neighbors(ctx.rank)
         self._epochs = 0
         if self.synchronous:
-            self._sent = worker.layout.empty()
-            self._received = {peer: worker.layout.empty() for peer in self._sources}
+            self._sent = ctx.layout.empty()
+            self._received = {peer: ctx.layout.empty() for peer in self._sources}
             self._requests = []
         else:
             self._mailbox = Mailbox(
-                worker.engine,
+                ctx.engine,
                 self._sources,
                 self._dests,
-                worker.layout.size,
-                worker.layout.dtype,
+                ctx.layout.size,
+                ctx.layout.dtype,
                 gate=True,
                 depth=_QUEUE_DEPTH,
-                metrics=worker.metrics,
-                name="fast-gradients",
+                                name="fast-gradients",
             )
 
-    def before_step(self, worker: Worker) -> None:
-        grads = worker.model.grads()
+    def before_step(self, ctx: StepContext) -> None:
+        grads = ctx.model.grads()
         if self.synchronous:
             np.copyto(self._sent, grads)
             recvs = [self._received[p] for p in self._sources]
-            self._requests = worker.exchange(self._sent, self._dests, recvs, self._sources)
+            self._requests = ctx.engine.exchange(self._sent, self._dests, recvs, self._sources)
         else:
-            self._mailbox.post(grads, worker.step)
+            self._mailbox.post(grads, ctx.step)
 
-    def after_step(self, worker: Worker) -> None:
+    def after_step(self, ctx: StepContext) -> None:
         if self.synchronous:
-            worker.wait_all(self._requests)
+            ctx.engine.wait_all(self._requests)
             for peer in self._sources:
-                worker.model.apply_gradient(self._received[peer])
+                ctx.model.apply_gradient(self._received[peer])
             return
         for peer in self._sources:
             for message in self._mailbox.take_all(peer):
-                worker.model.apply_gradient(message.payload)
-                worker.metrics.record_staleness(max(0, worker.step - message.step))
+                ctx.model.apply_gradient(message.payload)
+                ctx.metrics.record_staleness(max(0, ctx.step - message.step))
 
-    def end_epoch(self, worker: Worker, metric: float) -> None:
+    def end_epoch(self, ctx: StepContext, metric: float) -> None:
         self._epochs += 1
         if self.restart_every and self._epochs % self.restart_every == 0:
-            worker.restart_from_best(metric, reset_optimizer=self.reset_optimizer)
+            restart_from_best(ctx.model, ctx.engine, metric, reset_optimizer=self.reset_optimizer)
 
-    def close(self, worker: Worker) -> None:
+    def close(self, ctx: StepContext) -> None:
         if self.synchronous:
-            worker.wait_all(self._requests)
+            ctx.engine.wait_all(self._requests)
         else:
             self._mailbox.close()

@@ -8,7 +8,7 @@ from ..errors import ConfigError
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
 
 def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int:
@@ -35,10 +35,10 @@ class LocalSGD(Strategy):
     def __init__(self, period: int = 4) -> None:
         self.period = check_steps(period, "LocalSGD period", "localsgd:period=8 averages every 8 steps")
 
-    def after_step(self, worker: Worker) -> None:
-        if (worker.step + 1) % self.period:
+    def after_step(self, ctx: StepContext) -> None:
+        if (ctx.step + 1) % self.period:
             return
-        params = worker.model.params()
-        worker.allreduce(params)  # through the worker so the metrics count the traffic
-        params *= 1.0 / worker.size
-        worker.model.set_params(params)
+        params = ctx.model.params()
+        ctx.engine.allreduce(params)  # through the worker so the metrics count the traffic
+        params *= 1.0 / ctx.size
+        ctx.model.set_params(params)

@@ -16,13 +16,12 @@ import numpy as np
 from ..errors import ConfigError
 from ..mixing import axpy
 from ..topology import Topology, make_topology
+from ..transport.tags import Tag
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from .base import StepContext
 
-TAG = 41
-"""Message tag of SGP's pushes, apart from other strategies' traffic on the same engine."""
 
 
 @dataclass(frozen=True)
@@ -72,35 +71,35 @@ class SGP(Strategy):
         return float(self._state[-1])
 
     # hooks ----------------------------------------------------------------------------------------------------
-    def setup(self, worker: Worker) -> None:
-        self._graph = make_topology(self.topology, worker.size)
-        layout = worker.layout
+    def setup(self, ctx: StepContext) -> None:
+        self._graph = make_topology(self.topology, ctx.size)
+        layout = ctx.layout
         # [x_i..., w_i] in one buffer: it is scaled by p_i and sent as is, then the receives are added to it
         self._state = np.empty(layout.size + 1, dtype=layout.dtype)
-        self._state[:-1] = worker.model.params()
+        self._state[:-1] = ctx.model.params()
         self._state[-1] = 1.0
         received: dict[int, np.ndarray] = {}
         self._rounds: list[_Round] = []
         for phase in range(self._graph.period):
-            sources = tuple(self._graph.in_neighbors(worker.rank, phase))
-            dests = tuple(self._graph.out_neighbors(worker.rank, phase))
+            sources = tuple(self._graph.in_neighbors(ctx.rank, phase))
+            dests = tuple(self._graph.out_neighbors(ctx.rank, phase))
             for peer in sources:
                 if peer not in received:  # one buffer per peer, shared by every phase it sends in
                     received[peer] = np.empty_like(self._state)
             recvs = tuple(received[peer] for peer in sources)
             self._rounds.append(_Round(dests, sources, recvs, 1.0 / (len(dests) + 1)))
 
-    def after_step(self, worker: Worker) -> None:
+    def after_step(self, ctx: StepContext) -> None:
         state, x = self._state, self._state[:-1]
-        params = worker.model.params()  # z_i + delta_i
+        params = ctx.model.params()  # z_i + delta_i
         # x_i + delta_i = x_i - z_i + (z_i + delta_i) = (1 - 1/w_i) x_i + params, with no buffer for delta_i
         x *= 1.0 - 1.0 / state[-1]
         axpy(1.0, params, x)
-        plan = self._rounds[worker.step % len(self._rounds)]
+        plan = self._rounds[ctx.round % len(self._rounds)]
         if plan.dests or plan.sources:
             state *= plan.share
-            worker.wait_all(worker.exchange(state, plan.dests, plan.recvs, plan.sources, tag=TAG))
+            ctx.engine.wait_all(ctx.engine.exchange(state, plan.dests, plan.recvs, plan.sources, tag=Tag.PUSH_SUM))
             for buf in plan.recvs:  # the sends are complete, so the state may change now
                 axpy(1.0, buf, state)
         np.divide(x, state[-1], out=params)
-        worker.model.set_params(params)
+        ctx.model.set_params(params)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import os
 from collections.abc import Callable
 
 from ..errors import ConfigError
@@ -117,21 +116,14 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
     return strategy
 
 
-STRATEGY_VARIABLE = "FAST_STRATEGY"
-TOPOLOGY_VARIABLE = "FAST_TOPOLOGY"
-DEFAULT_STRATEGY = "allreduce"
+def strategy_from_environment(default: str | None = None) -> Strategy:
+    """The strategy a script gets when it names none: the run configuration's (``fast run --strategy`` and
+    ``--topology``, i.e. FAST_STRATEGY / FAST_TOPOLOGY), else ``default``, else all-reduce (``fast_core.config``)."""
+    from dataclasses import replace
 
+    from ..config import environment, resolve_strategy
 
-def strategy_from_environment(default: str = DEFAULT_STRATEGY) -> Strategy:
-    """The strategy a script gets when it names none: ``FAST_STRATEGY`` (set by ``fast run --strategy``), else
-    ``default``; ``FAST_TOPOLOGY`` (``fast run --topology``) sets the topology of a strategy that takes one and
-    whose string does not name one already."""
-    spec = os.environ.get(STRATEGY_VARIABLE, "").strip() or default
-    topology = os.environ.get(TOPOLOGY_VARIABLE, "").strip()
-    if topology:
-        name, options = parse_strategy(spec)
-        factory = STRATEGIES.get(name)
-        takes_topology = factory is not None and "topology" in inspect.signature(factory).parameters
-        if takes_topology and "topology" not in options and getattr(factory, "bare_option", "topology") == "topology":
-            return make_strategy(spec, topology=topology)
-    return make_strategy(spec)
+    config = environment()
+    if config.strategy is None and default is not None:
+        config = replace(config, strategy=default)
+    return resolve_strategy(None, config)

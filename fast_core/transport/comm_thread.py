@@ -8,13 +8,13 @@ work, finishes what it started, enters a nonblocking barrier, and keeps serving 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
 
-from .engine import Engine, Request
-from .errors import FastError, PeerTimeout
-from .metrics import Metrics
+from ..engine import Engine, Request
+from ..errors import FastError, PeerTimeout
 
 _MAX_PAUSE = 5e-4
 """Longest sleep of an idle thread between polls (seconds): short enough for latency, long enough to idle."""
@@ -23,11 +23,10 @@ _MAX_PAUSE = 5e-4
 class CommThread:
     """Base class: runs ``_progress`` in a loop until a collective ``close``; subclasses do the messaging."""
 
-    def __init__(self, engine: Engine, name: str, metrics: Metrics | None = None) -> None:
+    def __init__(self, engine: Engine, name: str) -> None:
         self.engine = engine.dup()
         self.rank = engine.rank
         self.name = name
-        self.metrics = metrics if metrics is not None else Metrics()
         self._cond = threading.Condition()
         self._closing = False
         self._error: BaseException | None = None
@@ -55,7 +54,7 @@ class CommThread:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(self.engine.timeout + 5.0)
+        self._thread.join(None if math.isinf(self.engine.timeout) else self.engine.timeout + 5.0)
         if self._thread.is_alive():
             raise PeerTimeout(
                 f"rank {self.rank}: {self.name} did not shut down within {self.engine.timeout:g} s; "

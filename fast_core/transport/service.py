@@ -14,12 +14,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..engine import Engine, Request
+from ..errors import PeerTimeout
 from .comm_thread import CommThread
-from .engine import Engine, Request
-from .errors import PeerTimeout
-from .metrics import Metrics
-
-_REQUEST_TAG, _REPLY_TAG = 0, 1
+from .tags import ServiceTag
 
 Handler = Callable[[int, np.ndarray, np.ndarray], None]
 """handler(peer, request_payload, reply_out): fill ``reply_out``; runs on the service thread, under ``lock``."""
@@ -39,11 +37,10 @@ class RequestService(CommThread):
         handler: Handler | None,
         *,
         on_reply: ReplyHandler | None = None,
-        metrics: Metrics | None = None,
         name: str = "service",
         start: bool = True,
     ) -> None:
-        super().__init__(engine, name, metrics)
+        super().__init__(engine, name)
         self.dtype = np.dtype(dtype)
         self.size = size
         self.lock = threading.Lock()
@@ -52,7 +49,7 @@ class RequestService(CommThread):
         self._on_reply = on_reply
         self._incoming = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
         self._replies = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
-        self._receives = {peer: self.engine.irecv(self._incoming[peer], peer, _REQUEST_TAG) for peer in askers}
+        self._receives = {peer: self.engine.irecv(self._incoming[peer], peer, ServiceTag.REQUEST) for peer in askers}
         self._reply_sends: dict[int, tuple[Request, float]] = {}
         self._own_request = np.empty(size, dtype=self.dtype)
         self._own_reply = np.empty(size, dtype=self.dtype)
@@ -105,7 +102,8 @@ class RequestService(CommThread):
         peer = self._own_peer
         if peer is None:
             raise RuntimeError(f"{self.name}: reply() without an outstanding ask()")
-        deadline = time.monotonic() + self.engine.timeout
+        start = time.monotonic()
+        deadline = start + self.engine.timeout
         with self._cond:
             while not self._own_done:
                 self._raise_if_failed()
@@ -121,6 +119,7 @@ class RequestService(CommThread):
                     )
                 self._cond.wait(min(left, 0.05))
             self._own_peer = None
+        self.engine.record_wait(time.monotonic() - start)
         return self._own_reply
 
     # thread side ----------------------------------------------------------------------------------------------
@@ -140,12 +139,8 @@ class RequestService(CommThread):
                 continue  # a peer sends its next request only after our reply, so one reply buffer suffices
             with self.lock:
                 self._handler(peer, self._incoming[peer], self._replies[peer])
-            self._reply_sends[peer] = (self.engine.isend(self._replies[peer], peer, _REPLY_TAG), time.monotonic())
-            self._receives[peer] = self.engine.irecv(self._incoming[peer], peer, _REQUEST_TAG)
-            self.metrics.messages_received += 1
-            self.metrics.messages_sent += 1
-            self.metrics.bytes_received += self._incoming[peer].nbytes
-            self.metrics.bytes_sent += self._replies[peer].nbytes
+            self._reply_sends[peer] = (self.engine.isend(self._replies[peer], peer, ServiceTag.REPLY), time.monotonic())
+            self._receives[peer] = self.engine.irecv(self._incoming[peer], peer, ServiceTag.REQUEST)
             progressed = True
         return progressed
 
@@ -155,17 +150,13 @@ class RequestService(CommThread):
             self._own_staged = False
         if staged:
             self._own_requests = [
-                self.engine.irecv(self._own_reply, peer, _REPLY_TAG),
-                self.engine.isend(self._own_request, peer, _REQUEST_TAG),
+                self.engine.irecv(self._own_reply, peer, ServiceTag.REPLY),
+                self.engine.isend(self._own_request, peer, ServiceTag.REQUEST),
             ]
             self._own_started = time.monotonic()
-            self.metrics.messages_sent += 1
-            self.metrics.bytes_sent += self._own_request.nbytes
             return True
         if self._own_requests and self._check_delivery(self._own_requests, self._own_started):
             self._own_requests = []
-            self.metrics.messages_received += 1
-            self.metrics.bytes_received += self._own_reply.nbytes
             if self._on_reply is not None:
                 with self.lock:
                     self._on_reply(peer, self._own_reply)

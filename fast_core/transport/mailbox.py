@@ -19,13 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine import Engine, Request
+from ..errors import PeerTimeout
 from .comm_thread import CommThread
-from .engine import Engine, Request
-from .errors import PeerTimeout
-from .metrics import Metrics
+from .tags import MailboxTag
 
 _HEADER = 2  # int64 values: step, sequence number
-_PAYLOAD_TAG, _FINISHED_TAG = 0, 1
 
 
 @dataclass
@@ -91,10 +90,9 @@ class Mailbox(CommThread):
         *,
         gate: bool = False,
         depth: int = 1,
-        metrics: Metrics | None = None,
         name: str = "mailbox",
     ) -> None:
-        super().__init__(engine, name, metrics)
+        super().__init__(engine, name)
         self.sources = list(sources)
         self.dests = list(dests)
         self.dtype = np.dtype(dtype)
@@ -112,8 +110,8 @@ class Mailbox(CommThread):
         self._finish_flag = np.ones(1, dtype=np.int64)
         self._finish_sends: list[Request] | None = None
         for peer, inbox in self._inboxes.items():
-            inbox.request = self.engine.irecv(inbox.landing, peer, _PAYLOAD_TAG)
-            inbox.finished_request = self.engine.irecv(inbox.finished_flag, peer, _FINISHED_TAG)
+            inbox.request = self.engine.irecv(inbox.landing, peer, MailboxTag.PAYLOAD)
+            inbox.finished_request = self.engine.irecv(inbox.finished_flag, peer, MailboxTag.FINISHED)
         self._start()
 
     # trainer side -------------------------------------------------------------------------------------------
@@ -197,7 +195,9 @@ class Mailbox(CommThread):
                         ranks=(peer,),
                     )
                 self._cond.wait(min(left, 0.05))
-        return time.monotonic() - start
+        waited = time.monotonic() - start
+        self.engine.record_wait(waited)
+        return waited
 
     # thread side ----------------------------------------------------------------------------------------------
     def _progress(self) -> bool:
@@ -207,7 +207,7 @@ class Mailbox(CommThread):
         if self._sends:
             return False
         if self._finish_sends is None:  # tell the neighbours not to wait for us any more
-            self._finish_sends = [self.engine.isend(self._finish_flag, p, _FINISHED_TAG) for p in self.dests]
+            self._finish_sends = [self.engine.isend(self._finish_flag, p, MailboxTag.FINISHED) for p in self.dests]
         return all(r.test() for r in self._finish_sends)
 
     def _shutdown(self) -> None:
@@ -233,9 +233,7 @@ class Mailbox(CommThread):
                 inbox.landing = inbox.fresh_buffer()
                 self._heard_since_send.add(peer)
                 self._cond.notify_all()
-            self.metrics.bytes_received += inbox.nbytes
-            self.metrics.messages_received += 1
-            inbox.request = self.engine.irecv(inbox.landing, peer, _PAYLOAD_TAG)
+            inbox.request = self.engine.irecv(inbox.landing, peer, MailboxTag.PAYLOAD)
             progressed = True
         return progressed
 
@@ -254,8 +252,6 @@ class Mailbox(CommThread):
             self._outgoing, self._staged = self._staged, self._outgoing
             self._sent_sequence = self._staged_sequence
             self._heard_since_send = {p for p, inbox in self._inboxes.items() if inbox.finished}
-        self._sends = [self.engine.isend(self._outgoing, peer, _PAYLOAD_TAG) for peer in self.dests]
+        self._sends = [self.engine.isend(self._outgoing, peer, MailboxTag.PAYLOAD) for peer in self.dests]
         self._sends_started = time.monotonic()
-        self.metrics.bytes_sent += self._outgoing.nbytes * len(self.dests)
-        self.metrics.messages_sent += len(self.dests)
         return True

@@ -1,0 +1,124 @@
+"""Whole-job operations: every rank calls them together. Written once here for the Worker, the strategies and the
+adapters (which only turn their tensors into flat arrays and back).
+
+They travel on the engine they are given; the Worker passes its unmetered engine, so start-up broadcasts and
+evaluation averages are not counted as training traffic. Every value crosses as raw numbers, never a pickle.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import MutableMapping, Sequence
+
+import numpy as np
+
+from .contract import ModelAdapter
+from .engine import Engine
+
+
+def broadcast_params(model: ModelAdapter, engine: Engine, root: int = 0) -> None:
+    """Overwrite every rank's parameters with ``root``'s."""
+    params = np.ascontiguousarray(model.params())
+    engine.broadcast(params, root)
+    model.set_params(params)
+
+
+def average_params(model: ModelAdapter, engine: Engine) -> np.ndarray:
+    """The mean of all ranks' parameters (one allreduce), as a new buffer; the model is left as it is."""
+    mean = np.array(model.params(), copy=True)
+    engine.allreduce(mean)
+    mean /= engine.size
+    return mean
+
+
+def consensus_distance(model: ModelAdapter, engine: Engine) -> float:
+    """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small (two allreduces)."""
+    mean = average_params(model, engine)
+    spread = np.array([np.sum((model.params() - mean) ** 2, dtype=np.float64)])
+    engine.allreduce(spread)
+    return float(spread[0]) / engine.size
+
+
+def restart_from_best(model: ModelAdapter, engine: Engine, metric: float, reset_optimizer: bool = False) -> int:
+    """Give every rank the parameters of the rank with the highest ``metric`` (lowest rank on ties); returns it.
+
+    With ``reset_optimizer`` the adapter's ``reset_optimizer()`` also clears optimizer state, as the original FAST
+    did.
+    """
+    best = np.array([metric], dtype=np.float64)
+    engine.allreduce(best, op="max")
+    owner = np.array([engine.rank if metric >= best[0] else engine.size], dtype=np.int64)
+    engine.allreduce(owner, op="min")
+    broadcast_params(model, engine, root=int(owner[0]))
+    if reset_optimizer:
+        model.reset_optimizer()
+    return int(owner[0])
+
+
+def count_active(engine: Engine, active: bool) -> int:
+    """How many ranks are still active (one 8-byte allreduce): the join protocol of uneven inputs."""
+    flag = np.array([1 if active else 0], dtype=np.int64)
+    engine.allreduce(flag)
+    return int(flag[0])
+
+
+def min_max(engine: Engine, value: int) -> tuple[int, int]:
+    """The smallest and largest ``value`` over ranks (two 8-byte allreduces): equal when all ranks agree."""
+    low, high = np.array([value], dtype=np.int64), np.array([value], dtype=np.int64)
+    engine.allreduce(low, op="min")
+    engine.allreduce(high, op="max")
+    return int(low[0]), int(high[0])
+
+
+def average_arrays(arrays: Sequence[np.ndarray], engine: Engine) -> list[np.ndarray]:
+    """The mean over ranks of each array, in one float64 message for all of them (summed in float64, returned in
+    each array's own dtype and shape)."""
+    if not arrays:
+        return []
+    total = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays])
+    engine.allreduce(total)
+    total /= engine.size
+    return _split(total, arrays, cast=True)
+
+
+def broadcast_arrays(arrays: Sequence[np.ndarray], engine: Engine, root: int = 0) -> list[np.ndarray]:
+    """``root``'s values of each array on every rank, as one byte message for all (any dtypes, bit-exact)."""
+    if not arrays:
+        return []
+    contiguous = [np.ascontiguousarray(a) for a in arrays]
+    raw = np.concatenate([a.reshape(-1).view(np.uint8) for a in contiguous])
+    engine.broadcast(raw, root)
+    out, offset = [], 0
+    for a in contiguous:
+        out.append(raw[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape).copy())
+        offset += a.nbytes
+    return out
+
+
+def average_logs(logs: MutableMapping[str, object], engine: Engine) -> None:
+    """Replace every number in ``logs`` by its mean over ranks, in place.
+
+    Ranks must log the same names; a difference raises on every rank instead of averaging unrelated numbers.
+    """
+    names = sorted(k for k, v in logs.items() if isinstance(v, int | float | np.number) and not isinstance(v, bool))
+    low, high = min_max(engine, zlib.crc32("\0".join(names).encode()))
+    if low != high:
+        raise ValueError(
+            f"rank {engine.rank} logs {names}, and another rank logs other names; every rank must log the same "
+            "metrics for them to be averaged"
+        )
+    values = np.array([float(logs[k]) for k in names], dtype=np.float64)
+    engine.allreduce(values)
+    values /= engine.size
+    for name, value in zip(names, values, strict=True):
+        logs[name] = float(value)
+
+
+def _split(flat: np.ndarray, like: Sequence[np.ndarray], cast: bool) -> list[np.ndarray]:
+    out, offset = [], 0
+    for a in like:
+        a = np.asarray(a)
+        piece = flat[offset : offset + a.size].reshape(a.shape)
+        out.append(piece.astype(a.dtype) if cast else piece.copy())
+        offset += a.size
+    return out

@@ -1,0 +1,188 @@
+"""The run configuration: every ``FAST_*`` variable is read and checked here, once, and nowhere else.
+
+``fast run`` writes a RunConfig into the ranks' environment (``to_environment``); each rank reads it back
+(``RunConfig.from_environment``) and the Worker gets what it describes already resolved: a Strategy, a timeout,
+and its observers (a reporter, a simulated straggler). A bad value is one ``ConfigError`` line naming the variable
+and a valid spelling, raised on every rank alike (they all read the same environment).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+STRATEGY_VARIABLE = "FAST_STRATEGY"
+TOPOLOGY_VARIABLE = "FAST_TOPOLOGY"
+TIMEOUT_VARIABLE = "FAST_TIMEOUT"
+STRAGGLER_VARIABLE = "FAST_STRAGGLER"
+STRAGGLER_RANK_VARIABLE = "FAST_STRAGGLER_RANK"
+RUN_DIR_VARIABLE = "FAST_RUN_DIR"
+"""The run folder; each rank appends its records to ``rank<r>.jsonl`` there."""
+LOG_EVERY_VARIABLE = "FAST_LOG_EVERY"
+"""A "step" record every this many steps (default 10)."""
+PROGRESS_VARIABLE = "FAST_PROGRESS"
+"""1: rank 0 shows a progress bar (``fast run`` sets it when its output is a terminal)."""
+VERBOSE_VARIABLE = "FAST_VERBOSE"
+"""1: every rank prints its records as lines on stderr."""
+LABEL_VARIABLE = "FAST_RUN_LABEL"
+"""What the progress bar calls the run (``fast run`` passes the strategy string)."""
+
+DEFAULT_STRATEGY = "allreduce"
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a rank waits for a peer before raising PeerTimeout."""
+DEFAULT_LOG_EVERY = 10
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a job's ranks are told from outside the script: strategy, timeout, straggler, reporting."""
+
+    strategy: str | None = None
+    topology: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds any wait on a peer may last; ``math.inf`` waits forever (for debugging under a debugger)."""
+    straggler: float | None = None
+    straggler_rank: int | None = None
+    run_dir: Path | None = None
+    log_every: int = DEFAULT_LOG_EVERY
+    progress: bool = False
+    verbose: bool = False
+    label: str = ""
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
+        """Read and check every ``FAST_*`` variable (``os.environ`` unless ``env`` is given)."""
+        env = os.environ if env is None else env
+
+        def text(name: str) -> str:
+            return env.get(name, "").strip()
+
+        run_dir = text(RUN_DIR_VARIABLE)
+        return cls(
+            strategy=text(STRATEGY_VARIABLE) or None,
+            topology=text(TOPOLOGY_VARIABLE) or None,
+            timeout=parse_timeout(text(TIMEOUT_VARIABLE)) if text(TIMEOUT_VARIABLE) else DEFAULT_TIMEOUT,
+            straggler=_straggler_factor(text(STRAGGLER_VARIABLE)),
+            straggler_rank=_whole(text(STRAGGLER_RANK_VARIABLE), STRAGGLER_RANK_VARIABLE, "1", minimum=0),
+            run_dir=Path(run_dir) if run_dir else None,
+            log_every=_whole(text(LOG_EVERY_VARIABLE), LOG_EVERY_VARIABLE, "10", minimum=1) or DEFAULT_LOG_EVERY,
+            progress=_switch(text(PROGRESS_VARIABLE)),
+            verbose=_switch(text(VERBOSE_VARIABLE)),
+            label=text(LABEL_VARIABLE),
+        )
+
+    def to_environment(self) -> dict[str, str]:
+        """The variables that make ``from_environment`` give this configuration back (only those not default)."""
+        out: dict[str, str] = {}
+        if self.strategy:
+            out[STRATEGY_VARIABLE] = self.strategy
+        if self.topology:
+            out[TOPOLOGY_VARIABLE] = self.topology
+        if self.timeout != DEFAULT_TIMEOUT:
+            out[TIMEOUT_VARIABLE] = "inf" if math.isinf(self.timeout) else repr(self.timeout)
+        if self.straggler is not None:
+            out[STRAGGLER_VARIABLE] = f"{self.straggler:g}"
+        if self.straggler_rank is not None:
+            out[STRAGGLER_RANK_VARIABLE] = str(self.straggler_rank)
+        if self.run_dir is not None:
+            out[RUN_DIR_VARIABLE] = str(self.run_dir)
+        if self.log_every != DEFAULT_LOG_EVERY:
+            out[LOG_EVERY_VARIABLE] = str(self.log_every)
+        if self.progress:
+            out[PROGRESS_VARIABLE] = "1"
+        if self.verbose:
+            out[VERBOSE_VARIABLE] = "1"
+        if self.label:
+            out[LABEL_VARIABLE] = self.label
+        return out
+
+    @property
+    def reporting(self) -> bool:
+        """True when records, a progress bar or verbose lines are asked for."""
+        return self.run_dir is not None or self.progress or self.verbose
+
+    def strategy_spec(self) -> str:
+        """The strategy string the ranks build: ``strategy`` (default all-reduce) with ``topology`` added when the
+        strategy takes a topology and its string names none."""
+        from .strategies.spec import STRATEGIES, parse_strategy
+
+        spec = self.strategy or DEFAULT_STRATEGY
+        if not self.topology:
+            return spec
+        name, options = parse_strategy(spec)
+        factory = STRATEGIES.get(name)
+        takes_topology = factory is not None and "topology" in inspect.signature(factory).parameters
+        if takes_topology and "topology" not in options and getattr(factory, "bare_option", "topology") == "topology":
+            return f"{spec}{',' if ':' in spec else ':'}topology={self.topology}"
+        return spec
+
+    def topology_used(self) -> bool:
+        """False when ``topology`` is given but the strategy names its own or takes none."""
+        return bool(self.topology) and self.strategy_spec() != (self.strategy or DEFAULT_STRATEGY)
+
+
+def parse_timeout(text: str) -> float:
+    """A FAST_TIMEOUT value: seconds > 0, or ``inf`` (never time out). ``abc``, ``nan``, ``0`` and ``-1`` are errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # also false for nan
+        raise ConfigError(
+            f"{TIMEOUT_VARIABLE}={text!r}: give the seconds a rank may wait for a peer, a number > 0 such as 120 "
+            "(or inf to wait forever, e.g. under a debugger)"
+        )
+    return value
+
+
+def check_timeout(value: float) -> float:
+    """A timeout given in code (``fast_core.init(timeout=...)``): the same rule as FAST_TIMEOUT."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"timeout={value!r}: give seconds > 0 (or math.inf to wait forever)")
+    return float(value)
+
+
+def resolve_strategy(strategy: object = None, config: RunConfig | None = None, **compose: object):
+    """The Strategy a script gets: a Strategy or string as given, else the run configuration's (``fast run
+    --strategy``), else all-reduce. ``every=k`` / ``warmup=W`` compose it. Adapters and the Worker all call this."""
+    from .strategies.spec import make_strategy
+
+    if strategy is None:
+        strategy = (config if config is not None else environment()).strategy_spec()
+    return make_strategy(strategy, **{k: v for k, v in compose.items() if v is not None})
+
+
+def environment() -> RunConfig:
+    """This process's configuration, read from the environment at each call (tests and launchers change it)."""
+    return RunConfig.from_environment()
+
+
+def _straggler_factor(text: str) -> float | None:
+    if not text:
+        return None
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = math.nan
+    if not factor >= 1.0 or math.isinf(factor):
+        raise ConfigError(f"{STRAGGLER_VARIABLE}={text!r}: give a slow-down factor >= 1, e.g. 3 for three times slower")
+    return factor
+
+
+def _whole(text: str, name: str, example: str, minimum: int) -> int | None:
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < minimum:
+        raise ConfigError(f"{name}={text!r}: give a whole number >= {minimum}, e.g. {example}")
+    return int(text)
+
+
+def _switch(text: str) -> bool:
+    """A variable used as a switch: set and not 0/false/no."""
+    return text.lower() not in ("", "0", "false", "no")

@@ -1,0 +1,152 @@
+"""An engine that counts what passes through it, so no strategy or communication thread counts by hand.
+
+``MeteredEngine(engine, metrics)`` behaves exactly as ``engine`` and adds to ``metrics``: a send's bytes when it is
+posted, a receive's bytes when it completes (a cancelled receive moved nothing), every second a wait or a
+collective blocks the caller, and a ring all-reduce's traffic (about 2 (N-1)/N of the buffer in and out). Its
+``dup()`` is metered into the same ``metrics``, so a strategy's communication thread is counted too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..metrics import Metrics
+from .base import Engine, Request
+
+
+class _Meter:
+    """The counters of one worker, updated from the trainer and its communication threads under one lock."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._lock = threading.Lock()
+
+    def sent(self, nbytes: int, messages: int = 1) -> None:
+        with self._lock:
+            self.metrics.bytes_sent += nbytes
+            self.metrics.messages_sent += messages
+
+    def received(self, nbytes: int, messages: int = 1) -> None:
+        with self._lock:
+            self.metrics.bytes_received += nbytes
+            self.metrics.messages_received += messages
+
+    def waited(self, seconds: float) -> None:
+        with self._lock:
+            self.metrics.wait_seconds += seconds
+
+
+class MeteredRequest(Request):
+    """A request of the wrapped engine; a receive is counted the first time it is seen complete."""
+
+    def __init__(self, inner: Request, meter: _Meter) -> None:
+        super().__init__(inner.kind, inner.peer, inner.tag, inner.nbytes)
+        self.inner = inner
+        self._meter = meter
+
+    def test(self) -> bool:
+        if not self.done and self.inner.test():
+            self.finished()
+        return self.done
+
+    def finished(self) -> None:
+        """Mark done once the inner request completed (also after a wait_all on the inner requests)."""
+        if not self.done:
+            self.done = True
+            if self.kind == "receive":
+                self._meter.received(self.nbytes)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+        self.done = True
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
+class MeteredEngine(Engine):
+    """``engine`` with every message, byte and blocking second counted into ``metrics``."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, meter: _Meter | None = None) -> None:
+        self.inner = engine
+        self.metrics = metrics
+        self._meter = meter if meter is not None else _Meter(metrics)
+        self.rank = engine.rank
+        self.size = engine.size
+        self.name = engine.name
+
+    @property
+    def timeout(self) -> float:  # type: ignore[override]
+        return self.inner.timeout
+
+    def record_wait(self, seconds: float) -> None:
+        """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
+        self._meter.waited(seconds)
+
+    # point to point ----------------------------------------------------------------------------------------------
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
+        request = MeteredRequest(self.inner.isend(buf, dest, tag), self._meter)
+        self._meter.sent(buf.nbytes)
+        return request
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
+        return MeteredRequest(self.inner.irecv(buf, source, tag), self._meter)
+
+    def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
+        pending = [r for r in requests if not r.done]
+        if not pending:
+            return
+        start = time.perf_counter()
+        try:
+            self.inner.wait_all([r.inner if isinstance(r, MeteredRequest) else r for r in pending], timeout)
+        finally:
+            self._meter.waited(time.perf_counter() - start)
+        for request in pending:
+            if isinstance(request, MeteredRequest):
+                request.finished()
+
+    # collectives ---------------------------------------------------------------------------------------------------
+    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+        self._timed(self.inner.allreduce, buf, op)
+        traffic = int(2 * buf.nbytes * (self.size - 1) / self.size)  # what a ring all-reduce moves each way
+        self._meter.sent(traffic, messages=0)
+        self._meter.received(traffic, messages=0)
+
+    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+        self._timed(self.inner.broadcast, buf, root)
+        if self.size > 1:
+            if self.rank == root:
+                self._meter.sent(buf.nbytes, messages=0)
+            else:
+                self._meter.received(buf.nbytes, messages=0)
+
+    def barrier(self) -> None:
+        self._timed(self.inner.barrier)
+
+    def ibarrier(self) -> Request:
+        return self.inner.ibarrier()
+
+    def dup(self, timeout: float | None = None) -> MeteredEngine:
+        return MeteredEngine(self.inner.dup(timeout), self.metrics, self._meter)
+
+    def check_alive(self) -> None:
+        self.inner.check_alive()
+
+    def _timed(self, operation, *args) -> None:
+        start = time.perf_counter()
+        try:
+            operation(*args)
+        finally:
+            self._meter.waited(time.perf_counter() - start)
+
+
+def unmetered(engine: Engine) -> Engine:
+    """The engine under any metering: whole-job operations (start-up broadcast, evaluation averages) are not
+    training traffic."""
+    while isinstance(engine, MeteredEngine):
+        engine = engine.inner
+    return engine

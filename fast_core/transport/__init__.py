@@ -1,0 +1,13 @@
+"""How asynchronous strategies talk: a communication thread per strategy, and what rides on it.
+
+``CommThread`` polls the engine so large messages progress while the trainer computes; ``Mailbox`` keeps the
+newest message of each neighbour; ``RequestService`` answers peers' requests without their trainer;
+``PushBox``/``PullBox`` carry asynchronous gossip. Strategy files hold algorithms only.
+"""
+
+from .comm_thread import CommThread
+from .gossip_boxes import PullBox, PushBox
+from .mailbox import Mailbox, Message
+from .service import RequestService
+
+__all__ = ["CommThread", "Mailbox", "Message", "PullBox", "PushBox", "RequestService"]
