@@ -78,29 +78,20 @@ class RunConfig:
         )
 
     def to_environment(self) -> dict[str, str]:
-        """The variables that make ``from_environment`` give this configuration back (only those not default)."""
-        out: dict[str, str] = {}
-        if self.strategy:
-            out[STRATEGY_VARIABLE] = self.strategy
-        if self.topology:
-            out[TOPOLOGY_VARIABLE] = self.topology
-        if self.timeout != DEFAULT_TIMEOUT:
-            out[TIMEOUT_VARIABLE] = "inf" if math.isinf(self.timeout) else repr(self.timeout)
-        if self.straggler is not None:
-            out[STRAGGLER_VARIABLE] = f"{self.straggler:g}"
-        if self.straggler_rank is not None:
-            out[STRAGGLER_RANK_VARIABLE] = str(self.straggler_rank)
-        if self.run_dir is not None:
-            out[RUN_DIR_VARIABLE] = str(self.run_dir)
-        if self.log_every != DEFAULT_LOG_EVERY:
-            out[LOG_EVERY_VARIABLE] = str(self.log_every)
-        if self.progress:
-            out[PROGRESS_VARIABLE] = "1"
-        if self.verbose:
-            out[VERBOSE_VARIABLE] = "1"
-        if self.label:
-            out[LABEL_VARIABLE] = self.label
-        return out
+        """Every variable, set so that ``from_environment`` gives this configuration back whatever the environment
+        held before (an empty value means "not given")."""
+        return {
+            STRATEGY_VARIABLE: self.strategy or "",
+            TOPOLOGY_VARIABLE: self.topology or "",
+            TIMEOUT_VARIABLE: "inf" if math.isinf(self.timeout) else repr(self.timeout),
+            STRAGGLER_VARIABLE: "" if self.straggler is None else repr(self.straggler),
+            STRAGGLER_RANK_VARIABLE: "" if self.straggler_rank is None else str(self.straggler_rank),
+            RUN_DIR_VARIABLE: "" if self.run_dir is None else str(self.run_dir),
+            LOG_EVERY_VARIABLE: str(self.log_every),
+            PROGRESS_VARIABLE: "1" if self.progress else "0",
+            VERBOSE_VARIABLE: "1" if self.verbose else "0",
+            LABEL_VARIABLE: self.label,
+        }
 
     @property
     def reporting(self) -> bool:

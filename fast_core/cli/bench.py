@@ -15,13 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import STRATEGY_VARIABLE
 from ..runlog import read_run
 from .common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
 from .frameworks import FRAMEWORKS, Framework
 from .launch import Job, find_mpiexec, python_target, run_job
 from .plots import plot
-from .run import add_launch_options, report_variables, started, straggler_variables, write_run_file
+from .run import add_launch_options, launch_variables, run_config, started, write_run_file
 from .summary import Records, Row, compare, markdown, median, summarize, write_csv
 
 DDP = "DDP"
@@ -111,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
     framework.check()
     settings = example_arguments(framework, args)
     runs = plan(framework, args)
-    shared = straggler_variables(args)
+    run_config(args, strategy=None, run_dir=Path("."), progress=False, label="")  # bad options: say so now
     find_mpiexec(args.mpiexec)  # missing: say so before the first run, not in it
     bench_dir = args.run_dir or new_run_dir(f"bench-{framework.name}")
     shown = sys.stdout.isatty()
@@ -124,9 +123,9 @@ def main(args: argparse.Namespace) -> int:
         for index, (label, mode) in enumerate(runs, start=1):
             name = f"[{index}/{len(runs)}]" + (f" round {round_}/{args.repeats}" if args.repeats > 1 else "")
             run_dir = bench_dir / slug(label) / (f"round{round_}" if args.repeats > 1 else "")
-            variables = {**shared, **report_variables(run_dir, args, shown, label)}
-            if mode != DDP:
-                variables[STRATEGY_VARIABLE] = label
+            strategy = label if mode != DDP else None
+            config = run_config(args, strategy=strategy, run_dir=run_dir, progress=shown, label=label)
+            variables = launch_variables(config)
             target = python_target(None, framework.module, settings + (["--ddp"] if mode == DDP else []))
             job = Job(target, args.workers, variables, args.mpiexec, args.hostfile)
             say(f"{name} {label}")

@@ -1,8 +1,8 @@
 """``fast run -n 4 [--strategy S] [--topology T] script.py [args]``: N workers on this machine, no mpiexec flags.
 
-The strategy and topology reach the script through FAST_STRATEGY / FAST_TOPOLOGY (``Worker(strategy=None)`` and
-``fast_torch.DistributedOptimizer`` read them), the run folder and progress options through FAST_RUN_DIR and
-friends (``fast_core.runlog``), a simulated straggler through FAST_STRAGGLER: the script needs no arguments of its own.
+The launcher builds one run configuration (``fast_core.config.RunConfig``: strategy, topology, straggler, run
+folder, progress) and writes it into the ranks' environment; each rank's Worker reads it back, so the script needs
+no arguments of its own.
 """
 
 from __future__ import annotations
@@ -13,19 +13,10 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from ..config import (
-    LABEL_VARIABLE,
-    LOG_EVERY_VARIABLE,
-    PROGRESS_VARIABLE,
-    RUN_DIR_VARIABLE,
-    STRAGGLER_RANK_VARIABLE,
-    STRAGGLER_VARIABLE,
-    STRATEGY_VARIABLE,
-    TOPOLOGY_VARIABLE,
-    VERBOSE_VARIABLE,
-)
+from ..config import RunConfig, environment
 from ..runlog import RUN_FILE
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
 from .launch import Job, python_target, run_job
@@ -81,31 +72,40 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(handler=main)
 
 
-def straggler_variables(args: argparse.Namespace) -> dict[str, str]:
-    if args.straggler is None:
-        if args.straggler_rank is not None:
-            raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower)")
-        return {}
-    if args.straggler < 1:
+def run_config(
+    args: argparse.Namespace, *, strategy: str | None, run_dir: Path, progress: bool, label: str
+) -> RunConfig:
+    """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options."""
+    if args.straggler is None and args.straggler_rank is not None:
+        raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower)")
+    if args.straggler is not None and args.straggler < 1:
         raise CLIError(f"--straggler {args.straggler:g}: the factor is how many times slower, >= 1 (e.g. 3)")
-    rank = args.workers - 1 if args.straggler_rank is None else args.straggler_rank
-    if not 0 <= rank < args.workers:
-        raise CLIError(f"--straggler-rank {rank} is not a rank of {args.workers} workers (0..{args.workers - 1})")
-    return {STRAGGLER_VARIABLE: f"{args.straggler:g}", STRAGGLER_RANK_VARIABLE: str(rank)}
+    rank = None
+    if args.straggler is not None:
+        rank = args.workers - 1 if args.straggler_rank is None else args.straggler_rank
+        if not 0 <= rank < args.workers:
+            raise CLIError(f"--straggler-rank {rank} is not a rank of {args.workers} workers (0..{args.workers - 1})")
+    outer = environment()
+    return replace(
+        outer,
+        strategy=strategy,
+        topology=getattr(args, "topology", None) or outer.topology,
+        straggler=args.straggler,
+        straggler_rank=rank,
+        run_dir=run_dir.resolve(),
+        log_every=args.log_every,
+        progress=progress,
+        verbose=args.verbose,
+        label=label,
+    )
 
 
-def report_variables(run_dir: Path, args: argparse.Namespace, progress: bool, label: str) -> dict[str, str]:
-    """What the ranks' Worker reads to write records and show progress (fast_core.reporting)."""
-    variables = {
-        RUN_DIR_VARIABLE: str(run_dir.resolve()),
-        LOG_EVERY_VARIABLE: str(args.log_every),
-        LABEL_VARIABLE: label,
-    }
-    if progress:
-        variables[PROGRESS_VARIABLE] = "1"
-        variables["COLUMNS"] = str(shutil.get_terminal_size().columns)  # a rank's stdout is a pipe: tell tqdm
-    if args.verbose:
-        variables[VERBOSE_VARIABLE] = "1"
+def launch_variables(config: RunConfig) -> dict[str, str]:
+    """The environment a launch adds: the whole configuration (so nothing leaks in from ours), and the terminal's
+    width for the progress bar (a rank's stdout is a pipe)."""
+    variables = config.to_environment()
+    if config.progress:
+        variables["COLUMNS"] = str(shutil.get_terminal_size().columns)
     return variables
 
 
@@ -128,19 +128,15 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
     check_strategy(args.strategy, args.topology, args.workers)
-    variables = straggler_variables(args)
-    if args.strategy:
-        variables[STRATEGY_VARIABLE] = args.strategy
-    if args.topology:
-        variables[TOPOLOGY_VARIABLE] = args.topology
-    label = args.strategy or os.environ.get(STRATEGY_VARIABLE) or "default"
+    strategy = args.strategy or environment().strategy
+    label = strategy or "default"
     run_dir = args.run_dir or new_run_dir(label)
     progress = sys.stdout.isatty() if args.progress is None else args.progress
-    job = Job(target, args.workers, variables, args.mpiexec, args.hostfile)
-    job.variables.update(report_variables(run_dir, args, progress, label))
+    config = run_config(args, strategy=strategy, run_dir=run_dir, progress=progress, label=label)
+    job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile)
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
-    straggling = f", rank {variables[STRAGGLER_RANK_VARIABLE]} {args.straggler:g}x slower" if args.straggler else ""
+    straggling = f", rank {config.straggler_rank} {args.straggler:g}x slower" if args.straggler else ""
     say(f"{args.workers} workers, {chosen}{straggling}; records in {run_dir}")
     write_run_file(run_dir, **started(args), strategy=args.strategy, topology=args.topology, target=target[3:])
     began = time.monotonic()
