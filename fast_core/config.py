@@ -1,14 +1,15 @@
 """The run configuration: every ``FAST_*`` variable is read and checked here, once, and nowhere else.
 
 ``fast run`` writes a RunConfig into the ranks' environment (``to_environment``); each rank reads it back
-(``RunConfig.from_environment``) and the Worker gets what it describes already resolved: a Strategy, a timeout,
-and its observers (a reporter, a simulated straggler). A bad value is one ``ConfigError`` line naming the variable
-and a valid spelling, raised on every rank alike (they all read the same environment).
+(``RunConfig.from_environment``) and the Worker gets what it describes already resolved: a Strategy
+(``strategies.spec.resolve_strategy``), a timeout (the engines), and its observers (a reporter, a simulated
+straggler). A bad value is one ``ConfigError`` line naming the variable and a valid spelling, raised on every rank
+alike (they all read the same environment). This module imports nothing of FAST but its errors, so every layer
+may read it.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from collections.abc import Mapping
@@ -98,25 +99,6 @@ class RunConfig:
         """True when records, a progress bar or verbose lines are asked for."""
         return self.run_dir is not None or self.progress or self.verbose
 
-    def strategy_spec(self) -> str:
-        """The strategy string the ranks build: ``strategy`` (default all-reduce) with ``topology`` added when the
-        strategy takes a topology and its string names none."""
-        from .strategies.spec import STRATEGIES, parse_strategy
-
-        spec = self.strategy or DEFAULT_STRATEGY
-        if not self.topology:
-            return spec
-        name, options = parse_strategy(spec)
-        factory = STRATEGIES.get(name)
-        takes_topology = factory is not None and "topology" in inspect.signature(factory).parameters
-        if takes_topology and "topology" not in options and getattr(factory, "bare_option", "topology") == "topology":
-            return f"{spec}{',' if ':' in spec else ':'}topology={self.topology}"
-        return spec
-
-    def topology_used(self) -> bool:
-        """False when ``topology`` is given but the strategy names its own or takes none."""
-        return bool(self.topology) and self.strategy_spec() != (self.strategy or DEFAULT_STRATEGY)
-
 
 def parse_timeout(text: str) -> float:
     """A FAST_TIMEOUT value: seconds > 0, or ``inf`` (never time out). ``abc``, ``nan``, ``0`` and ``-1`` are errors."""
@@ -137,16 +119,6 @@ def check_timeout(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"timeout={value!r}: give seconds > 0 (or math.inf to wait forever)")
     return float(value)
-
-
-def resolve_strategy(strategy: object = None, config: RunConfig | None = None, **compose: object):
-    """The Strategy a script gets: a Strategy or string as given, else the run configuration's (``fast run
-    --strategy``), else all-reduce. ``every=k`` / ``warmup=W`` compose it. Adapters and the Worker all call this."""
-    from .strategies.spec import make_strategy
-
-    if strategy is None:
-        strategy = (config if config is not None else environment()).strategy_spec()
-    return make_strategy(strategy, **{k: v for k, v in compose.items() if v is not None})
 
 
 def environment() -> RunConfig:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import RunConfig
     from .worker import Worker
 
 
@@ -37,18 +36,3 @@ class Observer:
 
     def on_close(self, worker: Worker) -> None:
         """The worker closed: no more steps."""
-
-
-def observers_for(config: RunConfig, rank: int, size: int) -> list[Observer]:
-    """The observers ``config`` asks for on this rank (none when it asks for nothing: nothing to pay)."""
-    from .reporting import Reporter
-    from .straggler import Straggler
-
-    observers: list[Observer] = []
-    if config.reporting:
-        reporter = Reporter(rank, config.run_dir, config.log_every, config.progress, config.verbose, config.label)
-        observers.append(reporter)
-    straggler = Straggler.for_rank(config, rank, size)
-    if straggler is not None:
-        observers.append(straggler)
-    return observers

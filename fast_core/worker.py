@@ -15,15 +15,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import collectives
-from .config import RunConfig, environment, resolve_strategy
+from .config import RunConfig, environment
 from .contract import ModelAdapter
 from .engine import Engine
 from .engine.metered import MeteredEngine
 from .flat import check_same_layout
 from .metrics import Metrics
-from .observers import Observer, observers_for
+from .observers import Observer
+from .reporting import Reporter
+from .straggler import Straggler
 from .strategies import Strategy
 from .strategies.base import StepContext
+from .strategies.spec import resolve_strategy
 
 log = logging.getLogger("fast")
 
@@ -186,6 +189,19 @@ class Worker:
             self.start()
         if self._closed:
             raise RuntimeError("this FAST worker was closed; create a new one to train again")
+
+
+def observers_for(config: RunConfig, rank: int, size: int) -> list[Observer]:
+    """The observers ``config`` asks for on this rank (none when it asks for nothing: nothing to pay)."""
+    observers: list[Observer] = []
+    if config.reporting:
+        observers.append(
+            Reporter(rank, config.run_dir, config.log_every, config.progress, config.verbose, config.label)
+        )
+    straggler = Straggler.for_rank(config, rank, size)
+    if straggler is not None:
+        observers.append(straggler)
+    return observers
 
 
 def _short(value: float | int | None) -> str:

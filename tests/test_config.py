@@ -10,9 +10,10 @@ import pytest
 from fast_cli import fast
 
 from fast_core import ConfigError, LocalCluster, Worker
-from fast_core.config import RunConfig, parse_timeout, resolve_strategy
+from fast_core.config import RunConfig, parse_timeout
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import DPSGD, AllReduce
+from fast_core.strategies.spec import resolve_strategy, strategy_spec, topology_used
 
 
 @pytest.mark.parametrize("text", ["abc", "nan", "0", "-1", "-inf", ""])
@@ -79,11 +80,11 @@ def test_bad_values_name_their_variable(variable: str, value: str, words: str) -
 
 def test_strategy_resolution_adds_the_topology_only_where_it_is_used() -> None:
     config = RunConfig(strategy="dpsgd", topology="torus")
-    assert config.strategy_spec() == "dpsgd:topology=torus" and config.topology_used()
+    assert strategy_spec(config) == "dpsgd:topology=torus" and topology_used(config)
     strategy = resolve_strategy(None, config)
     assert isinstance(strategy, DPSGD) and strategy.topology == "torus"
-    assert not RunConfig(strategy="dpsgd:ring", topology="torus").topology_used()
-    assert not RunConfig(strategy="allreduce", topology="torus").topology_used()
+    assert not topology_used(RunConfig(strategy="dpsgd:ring", topology="torus"))
+    assert not topology_used(RunConfig(strategy="allreduce", topology="torus"))
     assert isinstance(resolve_strategy(None, RunConfig()), AllReduce)
     assert resolve_strategy("dpsgd:ring", RunConfig(strategy="allreduce")).topology == "ring"  # the script's wins
 

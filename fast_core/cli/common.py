@@ -9,9 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from ..config import RunConfig, environment, resolve_strategy
+from ..config import RunConfig, environment
 from ..strategies import Strategy
-from ..strategies.spec import STRATEGIES, parse_strategy
+from ..strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
 from ..topology import make_topology
 
 
@@ -52,14 +52,14 @@ def check_strategy(spec: str | None, topology: str | None, workers: int) -> Stra
     outer = environment()
     config = RunConfig(strategy=spec or outer.strategy, topology=topology or outer.topology)
     strategy = resolve_strategy(None, config)
-    effective = config.strategy_spec()
+    effective = strategy_spec(config)
     name, options = parse_strategy(effective)
     named = options.get("topology")
     if isinstance(named, str) and "topology" in inspect.signature(STRATEGIES[name]).parameters:
         make_topology(named, workers)
     if topology:
         make_topology(topology, workers)
-        if not config.topology_used():
+        if not topology_used(config):
             warn(f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
                  "topology or takes none")
     return strategy

@@ -11,7 +11,9 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 
+from ..config import DEFAULT_STRATEGY, RunConfig, environment
 from ..errors import ConfigError
 from .adpsgd import ADPSGD
 from .allreduce import AllReduce
@@ -116,13 +118,38 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
     return strategy
 
 
+def strategy_spec(config: RunConfig) -> str:
+    """The strategy string a run configuration names: its ``strategy`` (default all-reduce), with its ``topology``
+    added when that strategy takes a topology and its string names none."""
+    spec = config.strategy or DEFAULT_STRATEGY
+    if not config.topology:
+        return spec
+    name, options = parse_strategy(spec)
+    factory = STRATEGIES.get(name)
+    takes_topology = factory is not None and "topology" in inspect.signature(factory).parameters
+    if takes_topology and "topology" not in options and getattr(factory, "bare_option", "topology") == "topology":
+        return f"{spec}{',' if ':' in spec else ':'}topology={config.topology}"
+    return spec
+
+
+def topology_used(config: RunConfig) -> bool:
+    """False when the configuration gives a topology that its strategy does not use (it names its own or takes
+    none)."""
+    return bool(config.topology) and strategy_spec(config) != (config.strategy or DEFAULT_STRATEGY)
+
+
+def resolve_strategy(strategy: Strategy | str | None = None, config: RunConfig | None = None, **compose: object):
+    """The one place a Strategy is resolved, for the Worker and every adapter: a Strategy or string as given, else
+    the run configuration's (``fast run --strategy``; ``config`` or this process's environment), else all-reduce.
+    ``every=k`` / ``warmup=W`` compose it (None: not given)."""
+    if strategy is None:
+        strategy = strategy_spec(config if config is not None else environment())
+    return make_strategy(strategy, **{k: v for k, v in compose.items() if v is not None})
+
+
 def strategy_from_environment(default: str | None = None) -> Strategy:
-    """The strategy a script gets when it names none: the run configuration's (``fast run --strategy`` and
-    ``--topology``, i.e. FAST_STRATEGY / FAST_TOPOLOGY), else ``default``, else all-reduce (``fast_core.config``)."""
-    from dataclasses import replace
-
-    from ..config import environment, resolve_strategy
-
+    """The strategy a script gets when it names none: this environment's run configuration (FAST_STRATEGY and
+    FAST_TOPOLOGY, set by ``fast run``), else ``default``, else all-reduce."""
     config = environment()
     if config.strategy is None and default is not None:
         config = replace(config, strategy=default)
