@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-import sys
 
+from . import collectives
+from .config import RunConfig, resolve_strategy
 from .contract import ModelAdapter
-from .engine import Engine, LocalCluster, LocalEngine, launched_under_mpi, mpi_engine
+from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_under_mpi, mpi_engine
 from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerTimeout
 from .flat import FlatLayout
+from .observers import Observer
+from .runtime import init, rank, size
 from .strategies import (
     ADPSGD,
     DPSGD,
@@ -25,28 +28,13 @@ from .strategies import (
     make_strategy,
     warmup,
 )
+from .strategies.base import StepContext
 from .topology import Topology, TopologyError, make_topology
 from .worker import Worker
 
 __version__ = "0.1.0"
 
 log = logging.getLogger("fast")
-
-
-def init(timeout: float | None = None) -> Engine:
-    """The engine for this process: MPI when started by an MPI launcher, else a single local worker.
-
-    A script started without a launcher still runs (as one worker) and says so once on stderr.
-    """
-    if launched_under_mpi():
-        return mpi_engine(timeout=timeout)
-    print(
-        "fast: not started by an MPI launcher, running as a single worker "
-        "(use `mpiexec -n 4 python -m mpi4py script.py` for 4 workers)",
-        file=sys.stderr,
-    )
-    return LocalCluster(1, timeout=timeout).engine(0)
-
 
 __all__ = [
     "ADPSGD",
@@ -69,15 +57,24 @@ __all__ = [
     "MessageError",
     "ModelAdapter",
     "ModelMismatchError",
+    "Observer",
     "PeerFailed",
     "PeerTimeout",
+    "RunConfig",
+    "StepContext",
     "Strategy",
     "Topology",
     "TopologyError",
     "Worker",
+    "collectives",
+    "default_engine",
     "init",
+    "launched_under_mpi",
     "make_strategy",
     "make_topology",
     "mpi_engine",
+    "rank",
+    "resolve_strategy",
+    "size",
     "warmup",
 ]

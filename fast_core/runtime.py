@@ -1,11 +1,11 @@
-"""This process's engine, made once and shared by every adapter (``fast_torch.init()``, ``fast_tf.init()``,
-``fast_jax.init()`` all return it): MPI under an MPI launcher, else one local worker."""
+"""This process's engine, made once and shared by every caller: ``fast_core.init()``, ``fast_torch.init()``,
+``fast_tf.init()`` and ``fast_jax.init()`` all return it (MPI under an MPI launcher, else one local worker)."""
 
 from __future__ import annotations
 
 import threading
 
-from .engine import Engine
+from .engine import Engine, default_engine
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -13,13 +13,12 @@ _engine: Engine | None = None
 
 def init(timeout: float | None = None) -> Engine:
     """Start FAST for this process and return its engine; later calls return the same one (``timeout``, the
-    seconds any wait on a peer may last, counts only on the first call)."""
+    seconds any wait on a peer may last, counts only on the first call). A new engine on each call is
+    ``fast_core.engine.default_engine``."""
     global _engine
     with _lock:
         if _engine is None:
-            from . import init as make_engine  # fast_core.init: a new engine each call
-
-            _engine = make_engine(timeout=timeout)
+            _engine = default_engine(timeout=timeout)
         return _engine
 
 

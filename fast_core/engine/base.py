@@ -63,6 +63,11 @@ class Engine(ABC):
     size: int
     timeout: float
     name: str = "engine"
+    threads_supported: bool = True
+    """Whether a background thread may communicate while the trainer does (MPI: MPI_THREAD_MULTIPLE granted);
+    asynchronous strategies refuse to start without it."""
+    thread_level: str = "threads"
+    """What the engine was granted, for error messages (MPI: the thread level's name, like MPI_THREAD_SINGLE)."""
 
     @abstractmethod
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:

@@ -200,6 +200,7 @@ class LocalEngine(Engine):
     """One worker's view of a LocalCluster."""
 
     name = "local"
+    threads_supported = True  # the cluster's queues are guarded by one lock
 
     def __init__(self, cluster: LocalCluster, rank: int) -> None:
         if not 0 <= rank < cluster.size:

@@ -83,6 +83,14 @@ class MeteredEngine(Engine):
     def timeout(self) -> float:  # type: ignore[override]
         return self.inner.timeout
 
+    @property
+    def threads_supported(self) -> bool:  # type: ignore[override]
+        return self.inner.threads_supported
+
+    @property
+    def thread_level(self) -> str:  # type: ignore[override]
+        return self.inner.thread_level
+
     def record_wait(self, seconds: float) -> None:
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
         self._meter.waited(seconds)

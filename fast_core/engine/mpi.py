@@ -25,6 +25,7 @@ from .base import (
     timeout_error,
 )
 
+_THREAD_LEVELS = ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")
 _DIAGNOSE_TAG = MAX_USER_TAG + 1
 _DIAGNOSE_SECONDS = 3.0
 
@@ -115,8 +116,10 @@ class MPIEngine(Engine):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.timeout = resolve_timeout(timeout)
-        self.thread_level = MPI.Query_thread()
-        self.threads_supported = self.thread_level == MPI.THREAD_MULTIPLE
+        granted = MPI.Query_thread()
+        self.threads_supported = granted == MPI.THREAD_MULTIPLE
+        names = {getattr(MPI, f"THREAD_{level}"): f"MPI_THREAD_{level}" for level in _THREAD_LEVELS}
+        self.thread_level = names.get(granted, f"thread level {granted}")
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
         self._collectives = 0
 

@@ -106,7 +106,7 @@ class EASGD(Strategy):
             self._pull(params, self._scratch)
         else:
             self._service.ask(self.center, params)
-            z = self._service.reply(wait=True)
+            z = self._service.reply()
             self._pull(params, z)
         ctx.model.set_params(params)
 

@@ -2,7 +2,8 @@
 
 ``CommThread`` polls the engine so large messages progress while the trainer computes; ``Mailbox`` keeps the
 newest message of each neighbour; ``RequestService`` answers peers' requests without their trainer;
-``PushBox``/``PullBox`` carry asynchronous gossip. Strategy files hold algorithms only.
+``PushBox``/``PullBox`` carry asynchronous gossip. ``framing`` is their one message format, ``tags`` their one
+registry of tags. Strategy files hold algorithms only.
 """
 
 from .comm_thread import CommThread

@@ -24,6 +24,12 @@ class CommThread:
     """Base class: runs ``_progress`` in a loop until a collective ``close``; subclasses do the messaging."""
 
     def __init__(self, engine: Engine, name: str) -> None:
+        if not engine.threads_supported:
+            raise FastError(
+                f"rank {engine.rank}: {name} needs a communication thread, but the MPI library granted only "
+                f"{engine.thread_level}, not MPI_THREAD_MULTIPLE; use an MPI library built with thread support "
+                "(e.g. pip install mpich) or a synchronous strategy"
+            )
         self.engine = engine.dup()
         self.rank = engine.rank
         self.name = name

@@ -15,18 +15,18 @@ import numpy as np
 
 from ..engine import Engine, Request
 from ..errors import PeerTimeout
+from . import framing
 from .comm_thread import CommThread
 from .tags import GossipTag
 
-_HEADER = 16  # bytes before the payload of an asynchronous message: int64 step, int64 sequence number
 
 class GossipThread(CommThread):
-    """Shared parts: message slots of header + payload, and one small always-posted receive per peer."""
+    """Shared parts: message slots of ``framing``, and one small always-posted receive per peer."""
 
     def __init__(self, engine: Engine, params: np.ndarray, name: str, small_tag: int) -> None:
         super().__init__(engine, name)
         self.dtype = params.dtype
-        self._slot_bytes = _HEADER + params.nbytes
+        self._payload_bytes = params.nbytes
         self.buffers = 0  # model-sized slots allocated so far: a handful, however long training runs
         self._peers = [p for p in range(engine.size) if p != engine.rank]
         self._one = np.ones(1, dtype=np.int64)  # the body of every small message; never written
@@ -36,15 +36,11 @@ class GossipThread(CommThread):
 
     def _slot(self) -> np.ndarray:
         self.buffers += 1
-        return np.zeros(self._slot_bytes, dtype=np.uint8)
-
-    @staticmethod
-    def _write(slot: np.ndarray, params: np.ndarray, step: int, sequence: int) -> None:
-        slot[:_HEADER].view(np.int64)[:] = (step, sequence)
-        slot[_HEADER:] = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
+        return framing.allocate(self._payload_bytes)
 
     def _read(self, slot: np.ndarray) -> tuple[np.ndarray, int]:
-        return slot[_HEADER:].view(self.dtype), int(slot[:_HEADER].view(np.int64)[0])
+        payload, step, _ = framing.read(slot, self.dtype)
+        return payload, step
 
     def _small_arrivals(self) -> list[int]:
         """Peers whose small message (notice or request) arrived, once per message; receives are reposted."""
@@ -81,8 +77,6 @@ class PushBox(GossipThread):
         self._arrived: dict[int, np.ndarray] = {}  # newest unread push per sender
         self._current: list[np.ndarray] = []  # held by the trainer until its next take_all
         self._pool: list[np.ndarray] = []
-        self.skipped = 0  # pushes not made because the previous one had not left
-        self.superseded = 0  # pushes replaced by a newer one from the same sender before the trainer read them
         self._start()
 
     # trainer side
@@ -91,11 +85,10 @@ class PushBox(GossipThread):
         self._raise_if_failed()
         with self._cond:
             if self._staged_dest is not None:
-                self.skipped += 1
                 return False
             slot = self._staged  # the thread swaps it only once _staged_dest is set below
         self._sequence += 1
-        self._write(slot, params, step, self._sequence)
+        framing.write(slot, params, step, self._sequence)
         with self._cond:
             self._staged_dest = dest
         return True
@@ -128,9 +121,8 @@ class PushBox(GossipThread):
             with self._cond:
                 for peer, _, slot in done:
                     older = self._arrived.pop(peer, None)
-                    if older is not None:
+                    if older is not None:  # superseded before the trainer read it
                         self._pool.append(older)
-                        self.superseded += 1
                     self._arrived[peer] = slot
         return bool(notices or done)
 
@@ -156,7 +148,7 @@ class PushBox(GossipThread):
         return not self._sends
 
     def _shutdown(self) -> None:
-        # every rank's sends completed before the closing barrier did: take in (and count) what is already here
+        # every rank's sends completed before the closing barrier did: take in what is already here
         while self._receive() or self._incoming:
             self.engine.wait_all([request for _, request, _ in self._incoming])
         self._cancel_small()
@@ -190,7 +182,7 @@ class PullBox(GossipThread):
         self._raise_if_failed()
         with self._cond:
             self._staged_sequence += 1
-            self._write(self._staged, params, step, self._staged_sequence)
+            framing.write(self._staged, params, step, self._staged_sequence)
 
     def idle(self) -> bool:
         """True when no fetch is asked, in flight, or answered and unread."""

@@ -5,9 +5,9 @@ a receive posted from every in-neighbour, queues each completed message with its
 trainer's latest posted payload to every out-neighbour as soon as the previous sends completed.
 
 The trainer only copies its payload in (``post``) and swaps the newest message out (``take``); it waits only
-when a strategy asks it to (``wait_for``: a staleness bound, or a synchronous delivery order), and every such
-wait has a timeout that names the neighbour. Each message is a flat byte buffer: a 16-byte header (step,
-sequence number) then the payload; nothing is pickled.
+when a strategy asks it to (``wait_for``: a staleness bound), and that wait has a timeout that names the
+neighbour. Each message is one slot of ``framing`` (a 16-byte header of step and sequence number, then the
+payload); nothing is pickled.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import numpy as np
 
 from ..engine import Engine, Request
 from ..errors import PeerTimeout
+from . import framing
 from .comm_thread import CommThread
 from .tags import MailboxTag
-
-_HEADER = 2  # int64 values: step, sequence number
 
 
 @dataclass
@@ -42,8 +41,8 @@ class _Inbox:
     ``depth``, oldest dropped); the trainer holds ``current`` until its next take. Buffers move by reference
     and are recycled through ``pool``, so the steady state allocates nothing and copies nothing twice."""
 
-    def __init__(self, nbytes: int, depth: int) -> None:
-        self.nbytes = nbytes
+    def __init__(self, payload_bytes: int, depth: int) -> None:
+        self.payload_bytes = payload_bytes
         self.depth = depth
         self.pool: list[np.ndarray] = []
         self.landing = self.fresh_buffer()
@@ -55,19 +54,12 @@ class _Inbox:
         self.finished = False  # the neighbour closed its mailbox: it will send nothing more
 
     def fresh_buffer(self) -> np.ndarray:
-        return self.pool.pop() if self.pool else np.zeros(self.nbytes, dtype=np.uint8)
+        return self.pool.pop() if self.pool else framing.allocate(self.payload_bytes)
 
     def newest(self) -> np.ndarray | None:
         if self.ready:
             return self.ready[-1]
         return self.current[-1] if self.current else None
-
-    @staticmethod
-    def header(buf: np.ndarray | None) -> tuple[int, int]:
-        if buf is None:
-            return -1, 0
-        step, sequence = buf[: 8 * _HEADER].view(np.int64)
-        return int(step), int(sequence)
 
 
 class Mailbox(CommThread):
@@ -98,14 +90,13 @@ class Mailbox(CommThread):
         self.dtype = np.dtype(dtype)
         self.gate = gate
         self._payload_bytes = payload_size * self.dtype.itemsize
-        nbytes = 8 * _HEADER + self._payload_bytes
-        self._staged = np.zeros(nbytes, dtype=np.uint8)
-        self._outgoing = np.zeros(nbytes, dtype=np.uint8)
+        self._staged = framing.allocate(self._payload_bytes)
+        self._outgoing = framing.allocate(self._payload_bytes)
         self._staged_sequence = 0
         self._sent_sequence = 0
         self._sends: list[Request] = []
         self._sends_started = 0.0
-        self._inboxes = {peer: _Inbox(nbytes, depth) for peer in self.sources}
+        self._inboxes = {peer: _Inbox(self._payload_bytes, depth) for peer in self.sources}
         self._heard_since_send = set(self.sources)  # the first send is never gated
         self._finish_flag = np.ones(1, dtype=np.int64)
         self._finish_sends: list[Request] | None = None
@@ -126,8 +117,7 @@ class Mailbox(CommThread):
             )
         with self._cond:
             self._staged_sequence += 1
-            self._staged[: 8 * _HEADER].view(np.int64)[:] = (step, self._staged_sequence)
-            self._staged[8 * _HEADER :] = flat.view(np.uint8)
+            framing.write(self._staged, flat, step, self._staged_sequence)
 
     def take(self, peer: int) -> Message | None:
         """The newest message of ``peer`` (None before its first); older unread ones are skipped. Never blocks."""
@@ -137,15 +127,11 @@ class Mailbox(CommThread):
         inbox = self._inboxes[peer]
         if not inbox.current:
             return None
-        step, sequence = inbox.header(inbox.current[-1])
-        return Message(self._payload(inbox.current[-1]), step, sequence, fresh=False)
+        return Message(*framing.read(inbox.current[-1], self.dtype), fresh=False)
 
     def take_all(self, peer: int) -> list[Message]:
         """Every message of ``peer`` not read before, oldest first (up to ``depth``). Never blocks."""
         return self._swap_out(peer, newest_only=False)
-
-    def _payload(self, buf: np.ndarray) -> np.ndarray:
-        return buf[8 * _HEADER :].view(self.dtype)
 
     def _swap_out(self, peer: int, newest_only: bool) -> list[Message]:
         self._raise_if_failed()
@@ -160,25 +146,21 @@ class Mailbox(CommThread):
             else:
                 inbox.current = list(inbox.ready)
             inbox.ready.clear()
-        return [Message(self._payload(b), *inbox.header(b), fresh=True) for b in inbox.current]
+        return [Message(*framing.read(b, self.dtype), fresh=True) for b in inbox.current]
 
-    def wait_for(self, peer: int, min_step: int | None = None, after_sequence: int | None = None) -> float:
-        """Block until ``peer``'s newest message has step >= ``min_step`` or sequence > ``after_sequence``, or the
-        peer has finished training (it will send nothing more, so it bounds nobody).
+    def wait_for(self, peer: int, min_step: int) -> None:
+        """Block until ``peer``'s newest message has step >= ``min_step`` (a staleness bound), or the peer has
+        finished training (it will send nothing more, so it bounds nobody).
 
-        Returns the seconds waited; raises PeerTimeout naming the peer after the engine's timeout.
+        Raises PeerTimeout naming the peer after the engine's timeout.
         """
         inbox = self._inboxes[peer]
         start = time.monotonic()
         deadline = start + self.engine.timeout
 
         def satisfied() -> bool:
-            if inbox.finished:
-                return True
-            step, sequence = inbox.header(inbox.newest())
-            if sequence == 0:
-                return False
-            return (min_step is None or step >= min_step) and (after_sequence is None or sequence > after_sequence)
+            step, sequence = framing.header(inbox.newest())
+            return inbox.finished or (sequence > 0 and step >= min_step)
 
         with self._cond:
             while not satisfied():
@@ -186,18 +168,15 @@ class Mailbox(CommThread):
                 self.engine.check_alive()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    step, sequence = inbox.header(inbox.newest())
-                    wanted = f"step >= {min_step}" if min_step is not None else f"message #{after_sequence + 1}"
+                    step, sequence = framing.header(inbox.newest())
                     raise PeerTimeout(
                         f"rank {self.rank} waited {self.engine.timeout:g} s for rank {peer} ({self.name}: wanted "
-                        f"{wanted}, newest has step {step}, message #{sequence}); the neighbour may be stuck, dead "
-                        "or far slower; raise the timeout (FAST_TIMEOUT) or the staleness bound",
+                        f"step >= {min_step}, newest has step {step}, message #{sequence}); the neighbour may be "
+                        "stuck, dead or far slower; raise the timeout (FAST_TIMEOUT) or the staleness bound",
                         ranks=(peer,),
                     )
                 self._cond.wait(min(left, 0.05))
-        waited = time.monotonic() - start
-        self.engine.record_wait(waited)
-        return waited
+        self.engine.record_wait(time.monotonic() - start)
 
     # thread side ----------------------------------------------------------------------------------------------
     def _progress(self) -> bool:

@@ -92,12 +92,11 @@ class RequestService(CommThread):
         """True while our request to ``peer`` awaits its reply (for handlers: the two requests crossed)."""
         return self._own_peer == peer and not self._own_done
 
-    def reply(self, wait: bool = True) -> np.ndarray | None:
-        """The reply to our request (a buffer valid until the next ask); None if not there yet and not waiting.
+    def reply(self) -> np.ndarray:
+        """Wait for the reply to our request (a buffer valid until the next ask).
 
         Only without ``on_reply``: with it, the thread consumes replies itself and ``pending`` clears on its own.
-
-        A wait raises PeerTimeout naming the peer after the engine's timeout.
+        Raises PeerTimeout naming the peer after the engine's timeout.
         """
         peer = self._own_peer
         if peer is None:
@@ -108,8 +107,6 @@ class RequestService(CommThread):
             while not self._own_done:
                 self._raise_if_failed()
                 self.engine.check_alive()
-                if not wait:
-                    return None
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PeerTimeout(

@@ -1,0 +1,44 @@
+"""Who talks to whom, and with what weight: directed graphs over ranks and their mixing matrices.
+
+A directed edge j -> i means "j sends to i". The mixing matrix W holds in W[i, j] the weight receiver i puts
+on sender j's value (W[i, i] is the self weight), so one averaging round is x_new = W @ x. A time-varying
+topology repeats with a period: the graph at step t is the graph at t % period.
+
+Modules: ``base`` (the Topology class and its queries), ``matrix`` (stochasticity, spectral gap), ``weights``
+(uniform and Metropolis-Hastings rules), ``builtin`` (ring, torus, hypercube, exponential, ...), ``custom``
+(edge lists, adjacency matrices, networkx graphs), ``registry`` (names and ``make_topology``), ``checks``
+(argument validation and TopologyError).
+"""
+
+from __future__ import annotations
+
+from .base import Edge, Topology
+from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
+from .checks import WEIGHT_RULES, TopologyError
+from .custom import from_adjacency, from_edges, from_networkx
+from .matrix import is_column_stochastic, is_doubly_stochastic, is_row_stochastic, spectral_gap
+from .registry import TOPOLOGIES, make_topology
+
+__all__ = [
+    "TOPOLOGIES",
+    "WEIGHT_RULES",
+    "Edge",
+    "Topology",
+    "TopologyError",
+    "complete",
+    "exponential",
+    "from_adjacency",
+    "from_edges",
+    "from_networkx",
+    "hypercube",
+    "is_column_stochastic",
+    "is_doubly_stochastic",
+    "is_row_stochastic",
+    "make_topology",
+    "one_peer_exponential",
+    "ring",
+    "spectral_gap",
+    "star",
+    "torus_2d",
+    "torus_3d",
+]
