@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from . import collectives
-from .config import RunConfig, resolve_strategy
+from .config import RunConfig
 from .contract import ModelAdapter
 from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_under_mpi, mpi_engine
 from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerTimeout
@@ -29,6 +29,7 @@ from .strategies import (
     warmup,
 )
 from .strategies.base import StepContext
+from .strategies.spec import resolve_strategy
 from .topology import Topology, TopologyError, make_topology
 from .worker import Worker
 
