@@ -10,8 +10,8 @@ from ..errors import ConfigError
 from ..mixing import axpy
 from ..topology import Topology
 from ..transport.service import RequestService
-from .async_avg import static_topology
 from .base import Strategy
+from .checks import static_topology
 
 if TYPE_CHECKING:
     from .base import StepContext

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import Strategy
-from .local_sgd import check_steps
+from .checks import check_steps
 
 if TYPE_CHECKING:
     from .base import StepContext

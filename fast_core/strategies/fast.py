@@ -25,8 +25,8 @@ from ..collectives import restart_from_best
 from ..errors import ConfigError
 from ..topology import Topology
 from ..transport.mailbox import Mailbox
-from .async_avg import static_topology
 from .base import Strategy
+from .checks import static_topology
 
 if TYPE_CHECKING:
     from .base import StepContext

@@ -4,22 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
 from .base import Strategy
+from .checks import check_steps
 
 if TYPE_CHECKING:
     from .base import StepContext
-
-
-def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int:
-    """A whole number of steps >= ``minimum``; a ConfigError that shows a valid spelling otherwise.
-
-    Strings give floats and booleans for typos like ``period=2.5`` or ``every=true``: refuse them here rather
-    than train on a silently rounded schedule.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{what} must be a whole number of steps >= {minimum}, got {value!r}; e.g. {example}")
-    return value
 
 
 class LocalSGD(Strategy):
