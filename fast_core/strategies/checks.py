@@ -1,6 +1,8 @@
-"""Checks several strategies share: whole numbers of steps, and topologies that do not change with time."""
+"""Checks several strategies share: whole numbers of steps, static topologies, a family variant built directly."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..errors import ConfigError
 from ..topology import Topology, make_topology
@@ -27,3 +29,23 @@ def static_topology(spec: str | Topology, size: int, weights: str, who: str) -> 
         )
     return graph
 
+
+def check_flag(value: object, what: str) -> bool:
+    """True or false, never a truthy string: ``synchronous=maybe`` is a typo to report, not a request."""
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{what} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def check_variant(strategy: object, synchronous: object) -> None:
+    """A family's variant class built directly must not be asked for the other mode: SyncGossip(synchronous=False)
+    is a contradiction, not a request. ``None`` means the class's own mode."""
+    if synchronous is None:
+        return
+    mode = strategy.synchronous  # type: ignore[attr-defined]
+    if check_flag(synchronous, "synchronous") != mode:
+        family = type(strategy).__mro__[1].__name__
+        raise ConfigError(
+            f"{type(strategy).__name__} is {'' if mode else 'a'}synchronous, got synchronous={synchronous!r}; "
+            f"build {family}(..., synchronous={synchronous}) instead"
+        )
