@@ -14,7 +14,8 @@ from .easgd import EASGD, SyncEASGD
 from .easgd_async import AsyncEASGD
 from .fast import FAST, SyncFAST
 from .fast_async import AsyncFAST
-from .gossip import Gossip
+from .gossip import Gossip, SyncGossip
+from .gossip_async import AsyncGossip
 from .local_sgd import LocalSGD, ParameterAverage
 from .sgp import SGP
 from .spec import STRATEGIES, make_strategy, parse_strategy
@@ -30,6 +31,7 @@ __all__ = [
     "AsyncAveraging",
     "AsyncEASGD",
     "AsyncFAST",
+    "AsyncGossip",
     "Every",
     "Gossip",
     "LocalSGD",
@@ -38,6 +40,7 @@ __all__ = [
     "Strategy",
     "SyncEASGD",
     "SyncFAST",
+    "SyncGossip",
     "make_strategy",
     "parse_strategy",
     "warmup",
