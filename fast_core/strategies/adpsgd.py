@@ -53,7 +53,7 @@ class ADPSGD(Strategy):
             ctx.layout.dtype,
             self._answer,
             on_reply=self._take_reply,
-                        name="adpsgd",
+            name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned
         )
         self._service.start()

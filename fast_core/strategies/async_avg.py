@@ -56,7 +56,7 @@ class AsyncAveraging(Strategy):
             self._graph.out_neighbors(rank),
             ctx.layout.size,
             ctx.layout.dtype,
-                        name="async-averaging",
+            name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)
 
