@@ -79,3 +79,26 @@ def _networkx_cycle(engine: Engine) -> float:
 
 def test_accepts_a_directed_networkx_graph() -> None:
     assert max(LocalCluster(3, timeout=30).run(_networkx_cycle)) < 1e-9
+
+
+def _rank_valued_every_3(engine: Engine, spec: str) -> np.ndarray:
+    """Parameters start at the rank number and the optimizer changes nothing (lr 0): only the mixing moves them."""
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.0))
+    model.set_params(np.full(model.layout.size, float(engine.rank)))
+    worker = Worker(model, spec, engine, broadcast_start=False).start()
+    for _ in range(3 * 4):  # 4 mixing rounds; log2(8) = 3 reach the exact average on the one-peer graph
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    return model.params().copy()
+
+
+@pytest.mark.parametrize("spec", ["sgp:exp1,every=3", "dpsgd:exp1,every=3"])
+def test_every_3_on_8_ranks_cycles_the_one_peer_graph_by_rounds(spec: str) -> None:
+    """Regression: SGP picked the graph's phase from the worker's step. Mixing on steps 2, 5, 8, ... of a graph with
+    3 phases (peers +1, +2, +4) then always used peer +4, and ranks ended at [2 3 4 5 2 3 4 5]. Indexed by its own
+    rounds, it reaches 3.5 everywhere, as D-PSGD does."""
+    results = LocalCluster(8, timeout=30).run(_rank_valued_every_3, spec)
+    for rank, params in enumerate(results):
+        np.testing.assert_allclose(params, 3.5, rtol=0, atol=1e-12, err_msg=f"{spec} rank {rank}")

@@ -59,3 +59,39 @@ def test_strategy_from_environment_is_what_fast_run_passes(monkeypatch: pytest.M
     monkeypatch.setenv("FAST_STRATEGY", "dpsgdd")
     with pytest.raises(ConfigError, match="did you mean 'dpsgd'"):
         strategy_from_environment()
+
+
+def test_families_build_their_synchronous_or_asynchronous_class() -> None:
+    """FAST, Gossip and EASGD name a family; each variant is its own class that declares lockstep itself."""
+    from fast_core.strategies import (
+        EASGD,
+        FAST,
+        AsyncEASGD,
+        AsyncFAST,
+        AsyncGossip,
+        Gossip,
+        SyncEASGD,
+        SyncFAST,
+        SyncGossip,
+    )
+
+    for spec, family, variant in [
+        ("fast", FAST, AsyncFAST),
+        ("fast:synchronous=true", FAST, SyncFAST),
+        ("gossip", Gossip, SyncGossip),
+        ("gossip:push,synchronous=false", Gossip, AsyncGossip),
+    ]:
+        strategy = make_strategy(spec)
+        assert type(strategy) is variant and isinstance(strategy, family), spec
+        assert "lockstep" in vars(variant) and strategy.lockstep == variant.synchronous, spec
+    for synchronous, variant in ((True, SyncEASGD), (False, AsyncEASGD)):
+        easgd = make_strategy(f"easgd:tau=3,synchronous={str(synchronous).lower()}")
+        assert isinstance(easgd, EASGD) and type(easgd.inner) is variant and easgd.tau == 3
+        assert easgd.lockstep is synchronous
+    assert SyncGossip("push").synchronous and not AsyncFAST("ring").synchronous  # a variant built directly
+    with pytest.raises(ConfigError, match=r"SyncGossip is synchronous, got synchronous=False; build Gossip\("):
+        SyncGossip(synchronous=False)
+    with pytest.raises(ConfigError, match="synchronous must be true or false, got 'maybe'"):
+        make_strategy("fast:synchronous=maybe")
+    with pytest.raises(ConfigError, match="EASGD tau .* must be a whole number of steps >= 1, got 0"):
+        make_strategy("easgd:tau=0")

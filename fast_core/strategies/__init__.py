@@ -1,4 +1,8 @@
-"""The training strategies, each written once against the Worker and the engine protocol."""
+"""The training strategies, each written once against the narrow StepContext and the engine protocol.
+
+FAST, Gossip and EASGD each name a family: the constructor builds the synchronous or the asynchronous class
+(``SyncFAST``/``AsyncFAST``, ``SyncGossip``/``AsyncGossip``, ``SyncEASGD``/``AsyncEASGD`` under EASGD's ``Every``).
+"""
 
 from .adpsgd import ADPSGD
 from .allreduce import AllReduce
@@ -6,10 +10,13 @@ from .async_avg import AsyncAveraging
 from .base import Strategy
 from .compose import Every, Schedule, warmup
 from .dpsgd import DPSGD
-from .easgd import EASGD
-from .fast import FAST
-from .gossip import Gossip
-from .local_sgd import LocalSGD
+from .easgd import EASGD, SyncEASGD
+from .easgd_async import AsyncEASGD
+from .fast import FAST, SyncFAST
+from .fast_async import AsyncFAST
+from .gossip import Gossip, SyncGossip
+from .gossip_async import AsyncGossip
+from .local_sgd import LocalSGD, ParameterAverage
 from .sgp import SGP
 from .spec import STRATEGIES, make_strategy, parse_strategy
 
@@ -22,11 +29,18 @@ __all__ = [
     "STRATEGIES",
     "AllReduce",
     "AsyncAveraging",
+    "AsyncEASGD",
+    "AsyncFAST",
+    "AsyncGossip",
     "Every",
     "Gossip",
     "LocalSGD",
+    "ParameterAverage",
     "Schedule",
     "Strategy",
+    "SyncEASGD",
+    "SyncFAST",
+    "SyncGossip",
     "make_strategy",
     "parse_strategy",
     "warmup",

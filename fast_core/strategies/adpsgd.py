@@ -10,8 +10,8 @@ from ..errors import ConfigError
 from ..mixing import axpy
 from ..topology import Topology
 from ..transport.service import RequestService
-from .async_avg import static_topology
 from .base import Strategy
+from .checks import static_topology
 
 if TYPE_CHECKING:
     from .base import StepContext
@@ -53,7 +53,7 @@ class ADPSGD(Strategy):
             ctx.layout.dtype,
             self._answer,
             on_reply=self._take_reply,
-                        name="adpsgd",
+            name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned
         )
         self._service.start()

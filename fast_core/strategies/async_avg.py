@@ -7,23 +7,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from ..mixing import axpy
-from ..topology import Topology, make_topology
+from ..topology import Topology
 from ..transport.mailbox import Mailbox
 from .base import Strategy
+from .checks import static_topology
 
 if TYPE_CHECKING:
     from .base import StepContext
-
-
-def static_topology(spec: str | Topology, size: int, weights: str, who: str) -> Topology:
-    """Asynchronous strategies need fixed neighbour sets: a receiver cannot know a moving sender in advance."""
-    graph = make_topology(spec, size, weights=weights)
-    if graph.is_dynamic:
-        raise ConfigError(
-            f"{who} needs a static topology, but {graph!r} changes every step; use ring, torus, exp or a custom "
-            "graph (time-varying graphs work with the synchronous strategies dpsgd and sgp)"
-        )
-    return graph
 
 
 class AsyncAveraging(Strategy):
@@ -66,7 +56,7 @@ class AsyncAveraging(Strategy):
             self._graph.out_neighbors(rank),
             ctx.layout.size,
             ctx.layout.dtype,
-                        name="async-averaging",
+            name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)
 

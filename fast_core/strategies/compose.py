@@ -12,21 +12,33 @@ exponential graph still cycles through all its peers (D-PSGD and SGP index their
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from .base import Strategy
-from .local_sgd import check_steps
+from .checks import check_steps
 
 if TYPE_CHECKING:
     from .base import StepContext
 
 
-def _build(strategy: Strategy | str) -> Strategy:
-    from .spec import make_strategy  # spec builds wrappers from strings, so it imports this module first
+_from_string: Callable[[str], Strategy] | None = None
+"""How a strategy string becomes a Strategy: spec.py registers its make_strategy here when it is imported, so this
+module (which spec builds on) never imports spec."""
 
-    return make_strategy(strategy)
+
+def read_strings_with(builder: Callable[[str], Strategy]) -> None:
+    global _from_string
+    _from_string = builder
+
+
+def _build(strategy: Strategy | str) -> Strategy:
+    if isinstance(strategy, Strategy):
+        return strategy
+    if _from_string is None:
+        raise RuntimeError("strategy strings need fast_core.strategies imported")
+    return _from_string(strategy)
 
 
 class Every(Strategy):

@@ -10,6 +10,7 @@ import numpy as np
 from ..engine import Request
 from ..mixing import axpy
 from ..topology import Topology, is_column_stochastic, make_topology
+from ..transport.tags import Tag
 from .base import Strategy
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class DPSGD(Strategy):
         sources = self._graph.in_neighbors(ctx.rank, step)
         dests = self._graph.out_neighbors(ctx.rank, step)
         recvs = [self._buffer(ctx, peer) for peer in sources]
-        self._requests = ctx.engine.exchange(self._start, dests, recvs, sources)
+        self._requests = ctx.engine.exchange(self._start, dests, recvs, sources, Tag.PARAMETERS)
         self._round = step
 
     def after_step(self, ctx: StepContext) -> None:

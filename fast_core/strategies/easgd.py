@@ -1,21 +1,117 @@
-"""Elastic averaging SGD (Zhang et al. 2015): workers are pulled towards a centre variable held by one rank."""
+"""Elastic averaging SGD (Zhang et al. 2015): workers are pulled towards a centre variable held by one rank.
+
+``EASGD(tau, alpha, center, synchronous)`` is ``Every(tau, elastic round)``: the period is the one "every k steps"
+mechanism of compose.py, and the round is ``SyncEASGD`` (here) or ``AsyncEASGD`` (easgd_async.py). Both share
+``ElasticRound``: the options, the rule and the centre's z; which role a rank plays is decided once, at setup.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..mixing import axpy
-from ..transport.service import RequestService
+from ..transport.tags import Tag
 from .base import Strategy
+from .checks import ChoosesVariant, check_flag, check_steps
+from .compose import Every
 
 if TYPE_CHECKING:
     from .base import StepContext
 
+Talk = Callable[["StepContext", np.ndarray], None]
+"""One rank's part of a round: move ``params`` (this worker's x, changed in place) and z."""
 
-class EASGD(Strategy):
+
+class ElasticRound(Strategy, ChoosesVariant):
+    """On every step it runs: d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, with z kept on rank ``center``.
+
+    ``alpha`` defaults to 0.9 / N, the reference code's beta = N alpha = 0.9. Alone (one rank) nothing happens:
+    the centre would only lag behind the worker, so it trains as plain SGD, as every strategy does on one rank.
+    A variant says what the centre and the other ranks do (``_setup_centre``, ``_setup_member``).
+    """
+
+    name = "elastic"
+    synchronous: bool
+
+    def __init__(self, alpha: float | None = None, center: int = 0) -> None:
+        if alpha is not None and not 0 < alpha < 1:
+            raise ConfigError(f"alpha (the elastic moving rate) must be in (0, 1), got {alpha}")
+        self.alpha = alpha
+        self.center = center
+
+    def setup(self, ctx: StepContext) -> None:
+        if not 0 <= self.center < ctx.size:
+            raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{ctx.size - 1}")
+        self._alpha = self.alpha if self.alpha is not None else 0.9 / ctx.size
+        self._others = [r for r in range(ctx.size) if r != self.center]
+        if ctx.rank == self.center:
+            self._z: np.ndarray | None = np.array(ctx.model.params(), copy=True)
+            self._talk = self._setup_centre(ctx)
+        else:
+            self._z = None
+            self._talk = self._setup_member(ctx)
+
+    def _setup_centre(self, ctx: StepContext) -> Talk:
+        raise NotImplementedError
+
+    def _setup_member(self, ctx: StepContext) -> Talk:
+        raise NotImplementedError
+
+    def after_step(self, ctx: StepContext) -> None:
+        if ctx.size == 1:
+            return
+        params = ctx.model.params()
+        self._talk(ctx, params)
+        ctx.model.set_params(params)
+
+    def _pull(self, params: np.ndarray, z: np.ndarray) -> None:
+        """x <- x - alpha (x - z), in place."""
+        params *= 1.0 - self._alpha
+        axpy(self._alpha, z, params)
+
+    def center_params(self) -> np.ndarray | None:
+        """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""
+        return self._z
+
+
+class SyncEASGD(ElasticRound):
+    """All workers meet the centre at the same step: z moves by the sum of all d's (the reference's beta = N alpha)."""
+
+    lockstep = True
+    synchronous = True
+
+    def _setup_centre(self, ctx: StepContext) -> Talk:
+        self._z_sent = ctx.layout.empty()  # z of this round, sent to every worker
+        self._received = [ctx.layout.empty() for _ in self._others]
+        return self._centre_round
+
+    def _setup_member(self, ctx: StepContext) -> Talk:
+        self._x_sent = ctx.layout.empty()
+        self._z_in = ctx.layout.empty()
+        return self._member_round
+
+    def _centre_round(self, ctx: StepContext, params: np.ndarray) -> None:
+        z = self._z
+        np.copyto(self._z_sent, z)
+        others = self._others
+        ctx.engine.wait_all(ctx.engine.exchange(self._z_sent, others, self._received, others, tag=Tag.PARAMETERS))
+        for x in (*self._received, params):
+            axpy(self._alpha, x, z)
+        axpy(-self._alpha * ctx.size, self._z_sent, z)
+        self._pull(params, self._z_sent)
+
+    def _member_round(self, ctx: StepContext, params: np.ndarray) -> None:
+        np.copyto(self._x_sent, params)
+        centre = [self.center]
+        ctx.engine.wait_all(ctx.engine.exchange(self._x_sent, centre, [self._z_in], centre, tag=Tag.PARAMETERS))
+        self._pull(params, self._z_in)
+
+
+class EASGD(Every):
     """Every ``tau`` steps: d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, with z kept on rank ``center``.
 
     Synchronous: all workers meet the centre at the same step (z moves by the sum of all d's, i.e. the
@@ -27,93 +123,18 @@ class EASGD(Strategy):
     name = "easgd"
 
     def __init__(self, tau: int = 4, alpha: float | None = None, center: int = 0, synchronous: bool = True) -> None:
-        if tau < 1:
-            raise ConfigError(f"tau (steps between talks with the centre) must be >= 1, got {tau}")
-        if alpha is not None and not 0 < alpha < 1:
-            raise ConfigError(f"alpha (the elastic moving rate) must be in (0, 1), got {alpha}")
-        self.tau = tau
-        self.alpha = alpha
-        self.center = center
-        self.synchronous = synchronous
+        tau = check_steps(tau, "EASGD tau (steps between talks with the centre)", "easgd:tau=4 talks every 4 steps")
+        super().__init__(tau, ElasticRound._variant(check_flag(synchronous, "synchronous"))(alpha, center))
 
     @property
-    def lockstep(self) -> bool:
-        return self.synchronous
-
-    def setup(self, ctx: StepContext) -> None:
-        if not 0 <= self.center < ctx.size:
-            raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{ctx.size - 1}")
-        self._alpha = self.alpha if self.alpha is not None else 0.9 / ctx.size
-        self._is_center = ctx.rank == self.center
-        self._others = [r for r in range(ctx.size) if r != self.center]
-        self._z = np.array(ctx.model.params(), copy=True) if self._is_center else None
-        self._scratch = ctx.layout.empty()
-        if self.synchronous:
-            self._received = {r: ctx.layout.empty() for r in self._others} if self._is_center else {}
-            self._z_in = None if self._is_center else ctx.layout.empty()
-            return
-        self._service = RequestService(
-            ctx.engine,
-            self._others if self._is_center else [],
-            ctx.layout.size,
-            ctx.layout.dtype,
-            self._answer if self._is_center else None,
-                        name="easgd",
-        )
-
-    def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
-        """Centre's thread: send back z, then z <- z + alpha (x_peer - z)."""
-        np.copyto(reply, self._z)
-        axpy(self._alpha, theirs, self._z)
-        axpy(-self._alpha, reply, self._z)
-
-    def after_step(self, ctx: StepContext) -> None:
-        if ctx.size == 1 or (ctx.step + 1) % self.tau:
-            return  # alone, the centre would only lag behind the worker: plain SGD, as every strategy on one rank
-        if self.synchronous:
-            self._synchronous_round(ctx)
-        else:
-            self._asynchronous_round(ctx)
-
-    def _pull(self, params: np.ndarray, z: np.ndarray) -> None:
-        """x <- x - alpha (x - z), in place."""
-        params *= 1.0 - self._alpha
-        axpy(self._alpha, z, params)
-
-    def _synchronous_round(self, ctx: StepContext) -> None:
-        params = ctx.model.params()
-        if self._is_center:
-            np.copyto(self._scratch, self._z)  # z of this round, sent to every worker
-            requests = ctx.engine.exchange(self._scratch, self._others, list(self._received.values()), self._others)
-            ctx.engine.wait_all(requests)
-            for x in (*self._received.values(), params):
-                axpy(self._alpha, x, self._z)
-            axpy(-self._alpha * ctx.size, self._scratch, self._z)
-            self._pull(params, self._scratch)
-        else:
-            np.copyto(self._scratch, params)
-            ctx.engine.wait_all(ctx.engine.exchange(self._scratch, [self.center], [self._z_in], [self.center]))
-            self._pull(params, self._z_in)
-        ctx.model.set_params(params)
-
-    def _asynchronous_round(self, ctx: StepContext) -> None:
-        params = ctx.model.params()
-        if self._is_center:
-            with self._service.lock:  # the centre's own worker talks to z directly
-                np.copyto(self._scratch, self._z)
-                axpy(self._alpha, params, self._z)
-                axpy(-self._alpha, self._scratch, self._z)
-            self._pull(params, self._scratch)
-        else:
-            self._service.ask(self.center, params)
-            z = self._service.reply()
-            self._pull(params, z)
-        ctx.model.set_params(params)
+    def tau(self) -> int:
+        """Steps between two talks with the centre (``Every``'s ``k``)."""
+        return self.k
 
     def center_params(self) -> np.ndarray | None:
         """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""
-        return self._z
+        return self.inner.center_params()
 
-    def close(self, ctx: StepContext) -> None:
-        if not self.synchronous:
-            self._service.close()
+    def __repr__(self) -> str:
+        r = self.inner
+        return f"EASGD(tau={self.tau}, alpha={r.alpha!r}, center={r.center!r}, synchronous={r.synchronous!r})"

@@ -4,41 +4,44 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
 from .base import Strategy
+from .checks import check_steps
+from .compose import Every
 
 if TYPE_CHECKING:
     from .base import StepContext
 
 
-def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int:
-    """A whole number of steps >= ``minimum``; a ConfigError that shows a valid spelling otherwise.
+class ParameterAverage(Strategy):
+    """x_i <- (1/N) sum_j x_j after every step it runs on: one all-reduce of the parameters, workers identical."""
 
-    Strings give floats and booleans for typos like ``period=2.5`` or ``every=true``: refuse them here rather
-    than train on a silently rounded schedule.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{what} must be a whole number of steps >= {minimum}, got {value!r}; e.g. {example}")
-    return value
+    name = "average"
+
+    def after_step(self, ctx: StepContext) -> None:
+        params = ctx.model.params()
+        ctx.engine.allreduce(params)
+        params *= 1.0 / ctx.size
+        ctx.model.set_params(params)
 
 
-class LocalSGD(Strategy):
+class LocalSGD(Every):
     """``period`` local steps, then x_i <- (1/N) sum_j x_j, so communication drops ``period``-fold.
 
-    Averaging happens after the optimizer step of every step k with (k + 1) % period == 0, k being the worker's
-    global step; right after it every worker holds the same parameters. ``period=1`` is parameter averaging
-    every step (equal to all-reduce SGD for plain SGD).
+    It is ``Every(period, ParameterAverage())``: averaging happens after the optimizer step of every step k with
+    (k + 1) % period == 0, k being the worker's global step; right after it every worker holds the same
+    parameters. ``period=1`` is parameter averaging every step (equal to all-reduce SGD for plain SGD).
     """
 
     name = "localsgd"
 
     def __init__(self, period: int = 4) -> None:
-        self.period = check_steps(period, "LocalSGD period", "localsgd:period=8 averages every 8 steps")
+        period = check_steps(period, "LocalSGD period", "localsgd:period=8 averages every 8 steps")
+        super().__init__(period, ParameterAverage())
 
-    def after_step(self, ctx: StepContext) -> None:
-        if (ctx.step + 1) % self.period:
-            return
-        params = ctx.model.params()
-        ctx.engine.allreduce(params)  # through the worker so the metrics count the traffic
-        params *= 1.0 / ctx.size
-        ctx.model.set_params(params)
+    @property
+    def period(self) -> int:
+        """Steps between two averages (``Every``'s ``k``)."""
+        return self.k
+
+    def __repr__(self) -> str:
+        return f"LocalSGD(period={self.period})"

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from .base import StepContext
 
 
-
 @dataclass(frozen=True)
 class _Round:
     """What one rank does in one phase of the topology: whom it pushes to, whom it hears from, its share."""

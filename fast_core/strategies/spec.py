@@ -19,7 +19,7 @@ from .adpsgd import ADPSGD
 from .allreduce import AllReduce
 from .async_avg import AsyncAveraging
 from .base import Strategy
-from .compose import Every, warmup
+from .compose import Every, read_strings_with, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD
 from .fast import FAST
@@ -105,6 +105,9 @@ def make_strategy(spec: str | Strategy, **overrides: object) -> Strategy:
         hint = " (a bare item sets the topology)" if unknown[0] == "topology" else hint
         raise ConfigError(f"strategy '{name}' has no option {unknown[0]!r}{hint}; it takes: {takes}")
     return _compose(factory(**options), composition)
+
+
+read_strings_with(make_strategy)  # Every and Schedule accept strategy strings through it
 
 
 def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:

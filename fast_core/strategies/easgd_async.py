@@ -1,0 +1,53 @@
+"""Asynchronous EASGD: each worker talks to the centre on its own schedule, and nobody waits for anybody else.
+
+The centre rank's communication thread (a RequestService) answers a worker's x with the current z and applies
+that worker's d = alpha (x - z) at once; the centre's own trainer moves z directly, under the service's lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..mixing import axpy
+from ..transport.service import RequestService
+from .easgd import ElasticRound, Talk
+
+if TYPE_CHECKING:
+    from .base import StepContext
+
+
+class AsyncEASGD(ElasticRound):
+    """d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, one worker at a time, whenever that worker is due."""
+
+    lockstep = False
+    synchronous = False
+
+    def _setup_centre(self, ctx: StepContext) -> Talk:
+        self._z_then = ctx.layout.empty()
+        layout = ctx.layout
+        self._service = RequestService(ctx.engine, self._others, layout.size, layout.dtype, self._answer, name="easgd")
+        return self._centre_talk
+
+    def _setup_member(self, ctx: StepContext) -> Talk:
+        self._service = RequestService(ctx.engine, [], ctx.layout.size, ctx.layout.dtype, None, name="easgd")
+        return self._member_talk
+
+    def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
+        """Centre's thread: send back z, then z <- z + alpha (x_peer - z)."""
+        np.copyto(reply, self._z)
+        axpy(self._alpha, theirs, self._z)
+        axpy(-self._alpha, reply, self._z)
+
+    def _centre_talk(self, ctx: StepContext, params: np.ndarray) -> None:
+        with self._service.lock:  # the centre's own worker talks to z directly
+            self._answer(ctx.rank, params, self._z_then)
+        self._pull(params, self._z_then)
+
+    def _member_talk(self, ctx: StepContext, params: np.ndarray) -> None:
+        self._service.ask(self.center, params)
+        self._pull(params, self._service.reply())
+
+    def close(self, ctx: StepContext) -> None:
+        self._service.close()

@@ -1,0 +1,49 @@
+"""Asynchronous FAST, as published: the trainer never blocks on the network.
+
+A background thread (a Mailbox with a send gate) sends the newest gradient once one message from every neighbour
+has arrived since the last send, and the trainer applies whatever arrived, each as one more optimizer step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..transport.mailbox import Mailbox
+from .fast import FAST
+
+if TYPE_CHECKING:
+    from .base import StepContext
+
+_QUEUE_DEPTH = 4  # unread gradients kept per neighbour; the send gate keeps at most ~2 in flight
+
+
+class AsyncFAST(FAST):
+    """Post this step's gradient; apply every neighbour gradient that arrived since the last step."""
+
+    lockstep = False
+    synchronous = False
+
+    def setup(self, ctx: StepContext) -> None:
+        super().setup(ctx)
+        self._mailbox = Mailbox(
+            ctx.engine,
+            self._sources,
+            self._dests,
+            ctx.layout.size,
+            ctx.layout.dtype,
+            gate=True,
+            depth=_QUEUE_DEPTH,
+            name="fast-gradients",
+        )
+
+    def before_step(self, ctx: StepContext) -> None:
+        self._mailbox.post(ctx.model.grads(), ctx.step)
+
+    def after_step(self, ctx: StepContext) -> None:
+        for peer in self._sources:
+            for message in self._mailbox.take_all(peer):
+                ctx.model.apply_gradient(message.payload)
+                ctx.metrics.record_staleness(max(0, ctx.step - message.step))
+
+    def close(self, ctx: StepContext) -> None:
+        self._mailbox.close()

@@ -1,0 +1,79 @@
+"""Asynchronous gossip: one random peer per step, and the trainer never waits.
+
+A background thread (a gossip box of fast_core.transport) moves the data while the trainer computes. The Mailbox
+does not fit: it sends every post to all of its dests (O(N) traffic per step on the complete graph) and keeps a
+model-sized receive posted from every source (O(N) memory). Instead a push is announced by a small notice and the
+model-sized receive is posted only when a notice arrives; a pull asks with a small request that the peer's thread
+answers with the newest parameters its trainer published. Memory stays a few model-sized buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..transport.gossip_boxes import PullBox, PushBox
+from .gossip import Gossip, average_into
+
+if TYPE_CHECKING:
+    from .base import StepContext
+
+
+class AsyncGossip(Gossip):
+    """Pull: average with the newest answer of the last peer asked, then ask another; push: send to a random
+    peer, average with whatever arrived. The variant's path is chosen once, at setup."""
+
+    lockstep = False
+    synchronous = False
+
+    def setup(self, ctx: StepContext) -> None:
+        self._rng = np.random.default_rng((self.seed, ctx.rank))
+        params = ctx.model.params()
+        if self.variant == "pull":
+            pull_box = PullBox(ctx.engine, params, ctx.step)
+            self._box: PullBox | PushBox = pull_box
+            self._gossip: Callable[[StepContext], None] = partial(self._pull, pull_box)
+        else:
+            push_box = PushBox(ctx.engine, params, ctx.step)
+            self._box = push_box
+            self._gossip = partial(self._push, push_box)
+
+    def after_step(self, ctx: StepContext) -> None:
+        if ctx.size > 1:
+            self._gossip(ctx)
+
+    def close(self, ctx: StepContext) -> None:
+        self._box.close()
+
+    def _draw_peer(self, ctx: StepContext) -> int | None:
+        peer = int(self._rng.integers(0, ctx.size))
+        return None if peer == ctx.rank else peer
+
+    def _pull(self, box: PullBox, ctx: StepContext) -> None:
+        params = ctx.model.params()
+        reply = box.take()
+        if reply is not None:
+            payload, step = reply
+            average_into(params, [payload])
+            ctx.model.set_params(params)
+            ctx.metrics.record_staleness(max(0, ctx.step - step))
+        box.publish(params, ctx.step)
+        if box.idle():  # at most one pull in flight: a new peer only once the last answer was used
+            peer = self._draw_peer(ctx)
+            if peer is not None:
+                box.fetch(peer)
+
+    def _push(self, box: PushBox, ctx: StepContext) -> None:
+        params = ctx.model.params()
+        peer = self._draw_peer(ctx)
+        if peer is not None:
+            box.push(params, ctx.step, peer)  # skipped while the previous push has not left yet
+        arrived = box.take_all()
+        if arrived:
+            average_into(params, [payload for payload, _ in arrived])
+            ctx.model.set_params(params)
+            for _, step in arrived:
+                ctx.metrics.record_staleness(max(0, ctx.step - step))
