@@ -85,7 +85,7 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], engine: Engine, root: int = 0
     """``root``'s values of each array on every rank, as one byte message for all (any dtypes, bit-exact)."""
     if not arrays:
         return []
-    contiguous = [np.ascontiguousarray(a) for a in arrays]
+    contiguous = [np.asarray(a, order="C") for a in arrays]  # ascontiguousarray would make 0-d arrays 1-d
     raw = np.concatenate([a.reshape(-1).view(np.uint8) for a in contiguous])
     engine.broadcast(raw, root)
     out, offset = [], 0

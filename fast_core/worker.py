@@ -10,7 +10,7 @@ its observers (reporter, straggler) what happens. It reads no environment variab
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -117,6 +117,17 @@ class Worker:
             data = self.metrics.as_dict()
             log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
         self._notify("on_step_end")
+
+    def run_step(self, update: Callable[[], object] | None = None) -> None:
+        """One step for adapters that run the update themselves (fast_tf, fast_jax; fast_torch gets this order from
+        its optimizer's step hooks): the gradient hook (all-reduce averages the gradient the adapter loaded into the
+        model, FAST sends it), ``update()`` (the user's optimizer with that gradient as the strategy left it, or the
+        user's whole step; None when the framework has already applied its update), then the parameter hook
+        (gossip mixes, FAST applies the neighbours' gradients)."""
+        self.before_step()
+        if update is not None:
+            update()
+        self.after_step()
 
     def join(self) -> int:
         """Called by a rank out of data: take part in the steps of the others, with a zero gradient, until every

@@ -19,10 +19,10 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 from fast_core.runtime import init, rank, size
 
-from .api import average, broadcast, shard
+from .api import broadcast, shard
 from .flat import FlatTree
 from .model import JaxModel
-from .step import DistributedStep, distributed
+from .step import DistributedStep, average, distributed
 
 __all__ = [
     "DistributedStep",

@@ -15,7 +15,8 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
-from fast_core.flat import FlatLayout
+from fast_core import Engine
+from fast_core.flat import FlatLayout, check_same_layout
 
 BUFFER_DTYPES = ("float32", "float64")
 
@@ -29,6 +30,16 @@ def named_leaves(tree: Any) -> tuple[list[tuple[str, Any]], Any]:
 def leaf_dtype(leaf: Any) -> np.dtype:
     """The dtype JAX gives this leaf (Python floats become float32 unless x64 is enabled)."""
     return np.dtype(jnp.result_type(leaf))
+
+
+def host_leaves(tree: Any, engine: Engine) -> tuple[list[str], list[np.ndarray], Any]:
+    """Names, host copies and structure of ``tree``'s leaves, after checking (collectively) that every rank holds
+    the same leaves: a difference raises on every rank, naming the first leaf that differs."""
+    named, treedef = named_leaves(tree)
+    arrays = [np.asarray(jax.device_get(leaf), dtype=leaf_dtype(leaf)) for _, leaf in named]
+    specs = [(name, a.shape, a.dtype) for (name, _), a in zip(named, arrays, strict=True)]
+    check_same_layout(FlatLayout(specs, dtype="float64"), engine)
+    return [name for name, _ in named], arrays, treedef
 
 
 class FlatTree:

@@ -11,7 +11,7 @@ Two forms, chosen by whether an optax ``optimizer`` is passed:
   ``(params, opt_state, batch) -> (params, opt_state, metrics)`` signature and works for every strategy.
 
 The user's function is called as given (jit it yourself); mixing happens outside it on a flat host copy, so it is
-traced once for the whole training.
+traced once for the whole training. ``average(params, step=step)`` closes the step and gives the consensus model.
 """
 
 from __future__ import annotations
@@ -20,14 +20,18 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import optax
 
-from fast_core import Engine, Strategy, Worker, make_strategy
+import jax
+import jax.numpy as jnp
+from fast_core import Engine, Strategy, Worker
+from fast_core.collectives import average_arrays
+from fast_core.config import resolve_strategy
 from fast_core.runtime import init
-from fast_core.strategies.spec import strategy_from_environment
 
 from .api import broadcast
-from .flat import FlatTree
+from .flat import FlatTree, host_leaves
 from .model import JaxModel
 
 TrainStep = Callable[[Any, Any, Any], tuple[Any, Any, Any]]
@@ -103,16 +107,14 @@ class DistributedStep:
             params, opt_state = self.start(params, opt_state)
         model, worker = self._model, self._worker
         model.load(params, opt_state)
-        if self.optimizer is None:
-            worker.before_step()  # parameter strategies do nothing here (join counting aside)
+        if self.optimizer is None:  # the user's step updates: the strategy's hooks follow it
             params, opt_state, metrics = _unpack(self.fn(model.params_tree(), model.opt_state, batch), 3)
             model.load(params, opt_state)
-        else:
+            worker.run_step()
+        else:  # the strategy sees the gradient, then fast_jax applies it
             grads, metrics = _unpack(self.fn(model.params_tree(), batch), 2)
             model.load_grads(grads)
-            worker.before_step()  # all-reduce averages the gradient here; FAST sends it
-            model.apply_own_gradient()
-        worker.after_step()  # parameter strategies mix here; FAST applies the neighbours' gradients
+            worker.run_step(model.apply_own_gradient)
         return model.params_tree(), model.opt_state, metrics
 
     def end_epoch(self, params: Any, opt_state: Any, metric: float) -> tuple[Any, Any]:
@@ -163,7 +165,7 @@ def distributed(
         raise TypeError(
             f"optimizer must be an optax GradientTransformation (e.g. optax.sgd(0.1)), got {type(optimizer).__name__}"
         )
-    resolved = _resolve(strategy)
+    resolved = resolve_strategy(strategy)
     if optimizer is None and resolved.uses_gradients:
         raise ValueError(
             f"strategy {_spec_text(strategy, resolved)} exchanges gradients, so fast_jax must apply them through your "
@@ -174,10 +176,22 @@ def distributed(
     return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every)
 
 
-def _resolve(strategy: Strategy | str | None) -> Strategy:
-    if strategy is None:
-        return strategy_from_environment()
-    return make_strategy(strategy)
+def average(tree: Any, *, step: DistributedStep | None = None, engine: Engine | None = None) -> Any:
+    """The mean over ranks of every leaf of ``tree`` (collective; summed in float64, returned in each leaf's dtype).
+
+    At the end of training pass the wrapped ``step``: its worker is closed first, so no message is still in
+    flight, and its engine is used. Without ``step`` it is a plain collective, e.g. to evaluate the consensus
+    model mid-training.
+    """
+    if step is not None:
+        step.close()
+        engine = engine or step.engine
+    engine = engine or init()
+    names, arrays, treedef = host_leaves(tree, engine)
+    for name, array in zip(names, arrays, strict=True):
+        if not np.issubdtype(array.dtype, np.floating):
+            raise TypeError(f"leaf '{name}' has dtype {array.dtype}: only floating leaves can be averaged")
+    return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in average_arrays(arrays, engine)])
 
 
 def _spec_text(strategy: Strategy | str | None, resolved: Strategy) -> str:

@@ -18,14 +18,14 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 if int(keras.__version__.split(".")[0]) < 3:  # pragma: no cover - tf.keras 2 has another callback API
     raise ImportError(f"fast_tf needs Keras 3, found keras {keras.__version__}: pip install 'keras>=3'")
 
+from fast_core.collectives import average_logs
 from fast_core.runtime import init, rank, size
 
 from .callback import Callback
-from .collectives import average_logs, average_variables, broadcast_variables
 from .data import shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
-from .variables import layout_of, read_flat, write_flat
+from .variables import average_variables, broadcast_variables, layout_of, read_flat, write_flat
 
 __all__ = [
     "Callback",

@@ -17,14 +17,14 @@ from collections.abc import MutableMapping
 import keras
 import numpy as np
 
-from fast_core import ConfigError, Engine, Every, Strategy, Worker, make_strategy
+from fast_core import ConfigError, Engine, Strategy, Worker
+from fast_core.collectives import average_logs, min_max
+from fast_core.config import resolve_strategy
 from fast_core.runtime import init
-from fast_core.strategies.spec import strategy_from_environment
 
-from .collectives import average_logs, average_variables, broadcast_variables, min_max
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
-from .variables import floating
+from .variables import average_variables, broadcast_variables, floating
 
 
 class Callback(keras.callbacks.Callback):
@@ -79,19 +79,13 @@ class Callback(keras.callbacks.Callback):
         super().set_model(model)
         self._fit_model = model
 
-    def _make_strategy(self) -> Strategy:
-        if self.strategy is None:
-            strategy = strategy_from_environment()
-        else:  # strings give a fresh strategy (and fresh state) to every fit
-            strategy = make_strategy(self.strategy) if isinstance(self.strategy, str) else self.strategy
-        return Every(self.every, strategy) if self.every is not None else strategy
-
     # training begins and ends ---------------------------------------------------------------------------------
     def on_train_begin(self, logs: MutableMapping | None = None) -> None:
         model = self.model  # on JAX this attaches the trainer's state once; later steps use _fit_model
         engine = self.engine or init()
         self.adapter = adapter = KerasModel(model)
-        self.worker = worker = Worker(adapter, self._make_strategy(), engine, log_every=self.log_every)
+        strategy = resolve_strategy(self.strategy, every=self.every)  # a string gives each fit a fresh strategy
+        self.worker = worker = Worker(adapter, strategy, engine, log_every=self.log_every)
         self._check_steps(worker)
         self._configure_gradients(model, adapter, worker.strategy)
         worker.start()  # same model on every rank (fingerprint), rank 0's weights
@@ -138,17 +132,14 @@ class Callback(keras.callbacks.Callback):
         if not self._pending:
             return
         self._pending = False
-        adapter, worker = self.adapter, self.worker
-        adapter.new_step()
-        if self._applies_gradients:
-            adapter.load_gradients()
-            worker.before_step()  # all-reduce averages the gradient here, FAST sends it
-            adapter.apply_gradient(adapter.grads())
-        else:
-            worker.before_step()
-        worker.after_step()  # parameter strategies mix here; FAST applies the neighbours' gradients
+        self.adapter.new_step()
+        if self._applies_gradients:  # the compiled step stored its gradient: the strategy sees it, then it is applied
+            self.adapter.load_gradients()
+            self.worker.run_step(self.adapter.apply_own_gradient)
+        else:  # the compiled step applied its update
+            self.worker.run_step()
         if self.batch_size is not None:
-            worker.record(samples=self.batch_size)  # free unless under `fast run`
+            self.worker.record(samples=self.batch_size)  # free unless under `fast run`
 
     def _monitored(self, logs: MutableMapping) -> float:
         name = self.monitor if self.monitor in logs else "loss"

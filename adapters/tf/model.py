@@ -95,6 +95,10 @@ class KerasModel:
         self._apply(grads)
         self._params_current = False
 
+    def apply_own_gradient(self) -> None:
+        """One optimizer step with this rank's gradient, as ``load_gradients`` read it and the strategy left it."""
+        self.apply_gradient(self._grads)
+
     def reset_optimizer(self) -> None:
         """Zero the optimizer's state (momenta, accumulators), keeping its learning rate and iteration count, so a
         schedule goes on where it was."""

@@ -1,4 +1,4 @@
-"""Keras variables as one flat NumPy buffer and back: the only place fast_tf copies parameters.
+"""Keras variables as one flat NumPy buffer and back, and whole-job averages and broadcasts of variables.
 
 No Keras backend lets NumPy share a variable's storage the way torch on the CPU does, so the adapter copies: one
 read (each variable converted to NumPy and copied into its slice) and one write (each slice assigned to its
@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
+from fast_core import Engine
+from fast_core.collectives import average_arrays, broadcast_arrays
 from fast_core.flat import FlatLayout
 
 FLOATS = ("float16", "float32", "float64")
@@ -59,6 +61,21 @@ def write_flat(variables: Sequence[keras.Variable], layout: FlatLayout, flat: np
     source = handoff(flat)
     for entry, variable in zip(layout.entries, variables, strict=True):
         variable.assign(source[entry.offset : entry.offset + entry.size].reshape(entry.shape))
+
+
+def broadcast_variables(variables: Sequence[keras.Variable], engine: Engine, root: int = 0) -> None:
+    """Overwrite the variables on every rank with ``root``'s (collective; one bit-exact message for all)."""
+    _assign(variables, broadcast_arrays([v.numpy() for v in variables], engine, root))
+
+
+def average_variables(variables: Sequence[keras.Variable], engine: Engine) -> None:
+    """Replace the variables on every rank by their mean over ranks (collective; one message, summed in float64)."""
+    _assign(variables, average_arrays([v.numpy() for v in variables], engine))
+
+
+def _assign(variables: Sequence[keras.Variable], values: list[np.ndarray]) -> None:
+    for variable, value in zip(variables, values, strict=True):
+        variable.assign(value)  # a new array nobody writes again: safe where JAX aliases NumPy memory
 
 
 def handoff(flat: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Collectives over a module's tensors, one tensor at a time through NumPy views (no pickling)."""
+"""A module's tensors through fast_core's whole-job collectives: one message for all of them, no pickling."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import numpy as np
 
 import torch
 from fast_core import Engine
+from fast_core.collectives import average_arrays, broadcast_arrays
 
 
 def floating_tensors(model: torch.nn.Module, parameters: bool = True, buffers: bool = True) -> list[torch.Tensor]:
@@ -17,19 +18,16 @@ def floating_tensors(model: torch.nn.Module, parameters: bool = True, buffers: b
 
 
 def broadcast_tensors(tensors: list[torch.Tensor], engine: Engine, root: int = 0) -> None:
-    """Overwrite each tensor on every rank with ``root``'s (collective)."""
-    for tensor in tensors:
-        data = np.ascontiguousarray(tensor.detach().numpy())
-        engine.broadcast(data, root=root)
-        with torch.no_grad():
-            tensor.copy_(torch.from_numpy(data.reshape(tensor.shape)))
+    """Overwrite the tensors on every rank with ``root``'s (collective; one bit-exact message for all)."""
+    _load(tensors, broadcast_arrays([t.detach().numpy() for t in tensors], engine, root))
 
 
 def average_tensors(tensors: list[torch.Tensor], engine: Engine) -> None:
-    """Replace each tensor on every rank by its mean over ranks (collective; summed in float64)."""
-    for tensor in tensors:
-        data = np.ascontiguousarray(tensor.detach().numpy(), dtype=np.float64)
-        engine.allreduce(data)
-        data /= engine.size
-        with torch.no_grad():
-            tensor.copy_(torch.from_numpy(data.reshape(tensor.shape)))
+    """Replace the tensors on every rank by their mean over ranks (collective; one message, summed in float64)."""
+    _load(tensors, average_arrays([t.detach().numpy() for t in tensors], engine))
+
+
+def _load(tensors: list[torch.Tensor], values: list[np.ndarray]) -> None:
+    with torch.no_grad():
+        for tensor, value in zip(tensors, values, strict=True):
+            tensor.copy_(torch.from_numpy(value))
