@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from fast_core import Engine, Strategy, Worker
 from fast_core.collectives import average_arrays
-from fast_core.config import resolve_strategy
 from fast_core.runtime import init
+from fast_core.strategies.spec import resolve_strategy
 
 from .api import broadcast
 from .flat import FlatTree, host_leaves

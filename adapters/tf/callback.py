@@ -19,8 +19,8 @@ import numpy as np
 
 from fast_core import ConfigError, Engine, Strategy, Worker
 from fast_core.collectives import average_logs, min_max
-from fast_core.config import resolve_strategy
 from fast_core.runtime import init
+from fast_core.strategies.spec import resolve_strategy
 
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
