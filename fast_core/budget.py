@@ -11,7 +11,8 @@ agree, with no blocking collective on an asynchronous training path:
   names rank 0). Rank 0's own trainer takes from the same counter under the service lock. The counter never goes
   below 0, so the samples trained sum to the budget exactly: the last grant may be a partial batch. The stop
   signal is the moment the counter reaches 0 (``Allowance.spent_at`` on rank 0); after it every rank trains at
-  most one more batch, the one it had reserved.
+  most one more batch, the one it had reserved (``Budget(ahead=k)``: k batches reserved at a time, for steps
+  shorter than a grant's round trip; then at most 2k - 1).
 - Lockstep strategy, sample budget: no messages per step. At the first claim one allreduce sums the ranks' batch
   sizes (the job's samples per step); every rank then runs floor(samples / that) steps. The remainder, less than
   one step of the job, is not trained: the sum equals the budget when the budget is a multiple of that step.
@@ -46,11 +47,19 @@ class Budget:
 
     samples: int | None = None
     seconds: float | None = None
+    ahead: int = 1
+    """Asynchronous sample budget: the batches each rank reserves at a time from rank 0. With 1 every rank trains
+    at most one batch after the stop signal; a rank whose steps are shorter than a grant's round trip (a
+    millisecond or more) then waits for grants, and ``ahead=k`` makes it wait k times less often, training at most
+    2k - 1 batches after the signal."""
 
     def __post_init__(self) -> None:
         samples, seconds = check_budget(self.samples, self.seconds)
         object.__setattr__(self, "samples", samples)
         object.__setattr__(self, "seconds", seconds)
+        if isinstance(self.ahead, bool) or not isinstance(self.ahead, int | np.integer) or self.ahead < 1:
+            raise ConfigError(f"Budget(ahead={self.ahead!r}): give the batches a rank reserves at a time, >= 1, e.g. 4")
+        object.__setattr__(self, "ahead", int(self.ahead))
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Budget | None:
@@ -79,7 +88,8 @@ class Allowance:
         """True once a claim returned 0: every later claim returns 0 at once."""
         self._shared: SharedSamples | None = None
         self._steps_left: int | None = None  # lockstep sample budget, fixed at the first claim
-        self._started = 0.0
+        self.started = 0.0
+        """``time.monotonic()`` at the common start (after ``start``): a seconds budget is measured from it."""
 
     @property
     def spent_at(self) -> float | None:
@@ -90,10 +100,10 @@ class Allowance:
     def start(self) -> Allowance:
         """Collective: set up rank 0's grant service (asynchronous sample budget) and the common start."""
         if self.budget.samples is not None and not self.lockstep:
-            self._shared = SharedSamples(self.budget.samples, self.engine)
+            self._shared = SharedSamples(self.budget.samples, self.engine, self.budget.ahead)
         if self.budget.seconds is not None:
             self.engine.barrier()  # the common start every rank's clock measures from
-        self._started = time.monotonic()
+        self.started = time.monotonic()
         return self
 
     def claim(self, batch_size: int) -> int:
@@ -118,7 +128,7 @@ class Allowance:
     def _out_of_time(self) -> bool:
         if self.budget.seconds is None:
             return False
-        elapsed = np.array([time.monotonic() - self._started])
+        elapsed = np.array([time.monotonic() - self.started])
         if self.lockstep:
             self.engine.allreduce(elapsed, op="max")  # every rank stops at the same step
         return bool(elapsed[0] >= self.budget.seconds)
@@ -151,12 +161,14 @@ class Allowance:
 class SharedSamples:
     """An asynchronous sample budget: rank 0's counter, granted to the other ranks by its communication thread.
 
-    A rank other than 0 keeps at most one request in flight, for its next batch, and a ``credit`` of samples
-    granted but not yet trained (one batch at most while its batch size stays the same).
+    A rank other than 0 keeps at most one request in flight, for its next ``ahead`` batches, asked as soon as the
+    previous grant arrived, and a ``credit`` of samples granted but not yet trained: at most ``2 * ahead - 1``
+    untrained batches in all, so that many at most after the stop signal (one with ``ahead`` 1).
     """
 
-    def __init__(self, total: int, engine: Engine) -> None:
+    def __init__(self, total: int, engine: Engine, ahead: int = 1) -> None:
         self.rank, self.size = engine.rank, engine.size
+        self.ahead = ahead
         self.remaining = total
         """Rank 0: samples not granted yet (read and written under ``lock``)."""
         self.spent_at: float | None = None
@@ -182,7 +194,7 @@ class SharedSamples:
         granted = min(batch_size, self._credit)
         self._credit -= granted
         if not self._exhausted and not self._asked:
-            self._ask(batch_size)  # one batch ahead: the next claim normally finds its grant there
+            self._ask(batch_size * self.ahead)  # the next claim normally finds its grant there
         return granted
 
     def close(self) -> None:
@@ -208,6 +220,7 @@ class SharedSamples:
         self._asked = wanted
 
     def _collect(self) -> None:
+        """Add the grant in flight to the credit, waiting for it if it has not arrived."""
         granted = int(self._service.reply()[0])  # PeerTimeout naming rank 0 after the engine's timeout
         self._credit += granted
         self._exhausted = granted < self._asked
