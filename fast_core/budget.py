@@ -21,6 +21,7 @@ agree, with no blocking collective on an asynchronous training path:
   step; lockstep strategies wait for each other every step anyway.
 
 Both may be given; the first one spent ends training. The job's sum is one allreduce in ``close`` (collective).
+A budget takes the place of ``join()`` for uneven inputs: no rank runs out of data, each keeps drawing batches.
 """
 
 from __future__ import annotations

@@ -171,9 +171,9 @@ class Worker:
         and call ``close()``). Without a budget it always returns ``batch_size``. A claim holds until the step is
         taken: asked again before ``after_step``, it returns the same number. Counted in ``metrics.samples``."""
         self._ensure_started()
+        batch_size = check_batch_size(batch_size)
         if self._claim is not None and self._claim[0] == self.step:
             return self._claim[1]
-        batch_size = check_batch_size(batch_size)
         granted = self.allowance.claim(batch_size) if self.allowance is not None else batch_size
         self.metrics.samples += granted
         self._claim = (self.step, granted)
