@@ -6,11 +6,18 @@ Each rank trains on its own shard and averages parameters with its ring neighbou
 the mean loss of all ranks, their consensus distance (both collectives, so asynchronous strategies report rank 0's
 own loss instead, not to wait for the slowest rank), and the test accuracy of the averaged model. Under ``fast run``
 the worker also records loss and samples per step and each replica's validation accuracy per epoch.
+
+With a shared work budget (``fast run --budget-samples N`` or ``--budget-seconds S``) ``--epochs`` is ignored: each
+rank keeps drawing batches from its shard, reshuffled every pass, until ``worker.claim_batch`` says the job's budget
+is spent, so under an asynchronous strategy a faster rank trains more of it:
+
+    fast run -n 4 --strategy async:ring --straggler 3 --budget-samples 20000 -m fast_examples.numpy_digits
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import numpy as np
 
@@ -26,7 +33,7 @@ def main() -> None:
     parser.add_argument(
         "--strategy", help="e.g. allreduce, dpsgd:ring, dpsgd:exp1 (default: fast run's, else dpsgd:ring)"
     )
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=20, help="passes over each shard (without a budget)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.5)
     args = parser.parse_args()
@@ -43,28 +50,45 @@ def main() -> None:
     worker = fast_core.Worker(model, strategy, engine).start()
     if engine.rank == 0:
         print(f"{engine.size} workers, strategy {worker.strategy}, {len(y_train)} training digits each")
-    for epoch in range(args.epochs):
-        losses = []
+    epochs = range(args.epochs) if worker.budget is None else itertools.count()  # a budget: passes until spent
+    for epoch in epochs:
+        losses, spent = [], False
         for xb, yb in batches(x_train, y_train, args.batch_size, epoch=epoch, seed=engine.rank):
-            losses.append(model.compute_gradients(xb, yb))
+            n = worker.claim_batch(len(yb))  # the whole batch, fewer on the budget's last grant, 0 once it is spent
+            if n == 0:
+                spent = True
+                break
+            losses.append(model.compute_gradients(xb[:n], yb[:n]))
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(loss=losses[-1], samples=len(yb))  # fast run's log and progress bar
-        loss, spread = epoch_summary(worker, float(np.mean(losses)))  # mean over ranks if synchronous
-        worker.record_epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
-        if engine.rank == 0 and (epoch % 5 == 4 or epoch == args.epochs - 1):
-            spread_text = "n/a" if spread is None else f"{spread:.2e}"
-            print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
+            worker.record(loss=losses[-1], samples=n)  # fast run's log and progress bar
+        if losses:  # (lockstep ranks stop at the same step, so they all skip an empty last pass alike)
+            loss, spread = epoch_summary(worker, float(np.mean(losses)))  # mean over ranks if synchronous
+            worker.record_epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
+            if engine.rank == 0 and (epoch % 5 == 4 or epoch == args.epochs - 1 or spent):
+                spread_text = "n/a" if spread is None else f"{spread:.2e}"
+                print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
+        if spent:
+            break
     worker.close()
     accuracy = model.accuracy(x_test, y_test, worker.average_params())
     worker.record_result(test_accuracy=accuracy)
     metrics = worker.metrics.as_dict()
+    steps = np.zeros(engine.size, dtype=np.int64)
+    steps[engine.rank] = worker.step
+    engine.allreduce(steps)  # every rank's steps (after close, so no rank waits mid-training)
     if engine.rank == 0:
         print(
             f"test accuracy of the averaged model: {accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
+        if worker.budget is not None:
+            print(
+                f"budget spent: {metrics['job_samples']} samples trained by the job "
+                f"({metrics['job_samples'] / (len(y_train) * engine.size):.2f} global epochs), "
+                f"{metrics['samples']} of them by rank 0; steps per rank {steps.tolist()}"
+            )
 
 
 if __name__ == "__main__":

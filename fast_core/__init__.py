@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from . import collectives
+from .budget import Budget
 from .config import RunConfig
 from .contract import ModelAdapter
 from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_under_mpi, mpi_engine
@@ -45,6 +46,7 @@ __all__ = [
     "SGP",
     "AllReduce",
     "AsyncAveraging",
+    "Budget",
     "Every",
     "Gossip",
     "LocalSGD",

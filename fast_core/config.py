@@ -2,15 +2,16 @@
 
 ``fast run`` writes a RunConfig into the ranks' environment (``to_environment``); each rank reads it back
 (``RunConfig.from_environment``) and the Worker gets what it describes already resolved: a Strategy
-(``strategies.spec.resolve_strategy``), a timeout (the engines), and its observers (a reporter, a simulated
-straggler). A bad value is one ``ConfigError`` line naming the variable and a valid spelling, raised on every rank
-alike (they all read the same environment). This module imports nothing of FAST but its errors, so every layer
-may read it.
+(``strategies.spec.resolve_strategy``), a timeout (the engines), its observers (a reporter, a simulated
+straggler) and a shared work budget (``budget``). A bad value is one ``ConfigError`` line naming the variable and
+a valid spelling, raised on every rank alike (they all read the same environment). This module imports nothing of
+FAST but its errors, so every layer may read it.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ VERBOSE_VARIABLE = "FAST_VERBOSE"
 """1: every rank prints its records as lines on stderr."""
 LABEL_VARIABLE = "FAST_RUN_LABEL"
 """What the progress bar calls the run (``fast run`` passes the strategy string)."""
+BUDGET_SAMPLES_VARIABLE = "FAST_BUDGET_SAMPLES"
+"""A shared work budget: train this many samples summed over all ranks, then stop (``fast_core.budget``)."""
+BUDGET_SECONDS_VARIABLE = "FAST_BUDGET_SECONDS"
+"""A shared work budget: train this many wall-clock seconds from the common start, then stop."""
 
 DEFAULT_STRATEGY = "allreduce"
 DEFAULT_TIMEOUT = 120.0
@@ -42,7 +47,7 @@ DEFAULT_LOG_EVERY = 10
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What a job's ranks are told from outside the script: strategy, timeout, straggler, reporting."""
+    """What a job's ranks are told from outside the script: strategy, timeout, straggler, reporting, budget."""
 
     strategy: str | None = None
     topology: str | None = None
@@ -55,6 +60,10 @@ class RunConfig:
     progress: bool = False
     verbose: bool = False
     label: str = ""
+    budget_samples: int | None = None
+    """Samples summed over all ranks after which every rank stops (None: no sample budget)."""
+    budget_seconds: float | None = None
+    """Wall-clock seconds from the common start after which every rank stops (None: no time budget)."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
@@ -76,6 +85,8 @@ class RunConfig:
             progress=_switch(text(PROGRESS_VARIABLE)),
             verbose=_switch(text(VERBOSE_VARIABLE)),
             label=text(LABEL_VARIABLE),
+            budget_samples=_whole(text(BUDGET_SAMPLES_VARIABLE), BUDGET_SAMPLES_VARIABLE, "20000", minimum=1),
+            budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
         )
 
     def to_environment(self) -> dict[str, str]:
@@ -92,6 +103,8 @@ class RunConfig:
             PROGRESS_VARIABLE: "1" if self.progress else "0",
             VERBOSE_VARIABLE: "1" if self.verbose else "0",
             LABEL_VARIABLE: self.label,
+            BUDGET_SAMPLES_VARIABLE: "" if self.budget_samples is None else str(self.budget_samples),
+            BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
         }
 
     @property
@@ -119,6 +132,38 @@ def check_timeout(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"timeout={value!r}: give seconds > 0 (or math.inf to wait forever)")
     return float(value)
+
+
+def parse_budget_seconds(text: str) -> float | None:
+    """A FAST_BUDGET_SECONDS value: finite seconds > 0, or None when empty (``abc``, ``nan``, ``0``, ``-1`` and
+    ``inf`` are errors)."""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:  # also false for nan
+        raise ConfigError(f"{BUDGET_SECONDS_VARIABLE}={text!r}: give the wall-clock seconds to train, > 0, e.g. 60")
+    return value
+
+
+def check_budget(samples: object, seconds: object) -> tuple[int | None, float | None]:
+    """A budget given in code (``fast_core.Budget``): the same rules as its two variables, and at least one given."""
+    if samples is None and seconds is None:
+        raise ConfigError(
+            "Budget(): give samples= (summed over all ranks) or seconds= (wall clock), e.g. Budget(samples=20000)"
+        )
+    if samples is not None and (not isinstance(samples, numbers.Integral) or isinstance(samples, bool) or samples < 1):
+        raise ConfigError(
+            f"Budget(samples={samples!r}): give a whole number of samples >= 1, summed over all ranks, "
+            "e.g. Budget(samples=20000)"
+        )
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not 0 < seconds < math.inf
+    ):
+        raise ConfigError(f"Budget(seconds={seconds!r}): give finite wall-clock seconds > 0, e.g. Budget(seconds=60)")
+    return (None if samples is None else int(samples)), (None if seconds is None else float(seconds))
 
 
 def environment() -> RunConfig:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass
 class Metrics:
-    """What one worker did: steps, traffic, time spent waiting on peers, staleness of what it mixed."""
+    """What one worker did: steps, samples, traffic, time spent waiting on peers, staleness of what it mixed."""
 
     steps: int = 0
     bytes_sent: int = 0
@@ -20,6 +20,10 @@ class Metrics:
     staleness_count: int = 0
     staleness_max: int = 0
     consensus_distance: float | None = None
+    samples: int = 0
+    """Samples this rank trained, as granted by ``Worker.claim_batch``."""
+    job_samples: int | None = None
+    """Samples the whole job trained, summed in ``close()`` under a shared work budget (None before, or without)."""
     started: float = field(default_factory=time.perf_counter)
 
     def record_staleness(self, steps_behind: int) -> None:

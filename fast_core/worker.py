@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import collectives
+from .budget import Allowance, Budget, check_batch_size
 from .config import RunConfig, environment
 from .contract import ModelAdapter
 from .engine import Engine
@@ -36,7 +37,8 @@ class Worker:
 
     ``strategy``: a Strategy, a strategy string, or None for the run configuration's (``fast run --strategy``,
     else all-reduce). ``observers``: None takes those the run configuration asks for (a reporter and a straggler
-    under ``fast run``); pass a list (maybe empty) to choose.
+    under ``fast run``); pass a list (maybe empty) to choose. ``budget``: a shared work budget
+    (``fast_core.Budget``), or None for the run configuration's (``fast run --budget-samples``, else none).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Worker:
         log_every: int | None = None,
         observers: Sequence[Observer] | None = None,
         config: RunConfig | None = None,
+        budget: Budget | None = None,
     ) -> None:
         config = config if config is not None else environment()
         self.model = model
@@ -66,6 +69,10 @@ class Worker:
         self._broadcast_start = broadcast_start
         self._started = False
         self._closed = False
+        # the shared work budget (fast_core.budget): nothing to pay without one
+        self.budget = budget if budget is not None else Budget.from_config(config)
+        self.allowance: Allowance | None = None
+        self._claim: tuple[int, int] | None = None  # (step, samples) of the last claim_batch
 
     @property
     def layout(self):
@@ -96,6 +103,8 @@ class Worker:
         if self._broadcast_start:
             collectives.broadcast_params(self.model, self.engine, root=0)
         self.strategy.setup(self.context)
+        if self.budget is not None:  # collective, like the rest of start
+            self.allowance = Allowance(self.budget, self.context.engine, self.strategy.lockstep).start()
         self._started = True
         self._notify("on_start")
         return self
@@ -160,9 +169,26 @@ class Worker:
         """Finish pending communication; call once at the end of training on every rank."""
         if self._started and not self._closed:
             self.strategy.close(self.context)
+            if self.allowance is not None:  # collective: the grant service stops, the job's samples are summed
+                self.metrics.job_samples = self.allowance.close(self.metrics.samples)
             self._closed = True
             self._notify("on_close")
             log.debug("rank %d closed after %d steps", self.rank, self.step)
+
+    # the shared work budget ---------------------------------------------------------------------------------------
+    def claim_batch(self, batch_size: int) -> int:
+        """Call before each batch: how many samples to train in it (``batch_size``; fewer on the job's last grant
+        under a sample budget, then train that many of the batch), or 0 when the budget is spent (stop training
+        and call ``close()``). Without a budget it always returns ``batch_size``. A claim holds until the step is
+        taken: asked again before ``after_step``, it returns the same number. Counted in ``metrics.samples``."""
+        self._ensure_started()
+        batch_size = check_batch_size(batch_size)
+        if self._claim is not None and self._claim[0] == self.step:
+            return self._claim[1]
+        granted = self.allowance.claim(batch_size) if self.allowance is not None else batch_size
+        self.metrics.samples += granted
+        self._claim = (self.step, granted)
+        return granted
 
     # the consensus model ------------------------------------------------------------------------------------------
     def average_params(self) -> np.ndarray:

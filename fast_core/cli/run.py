@@ -1,14 +1,15 @@
 """``fast run -n 4 [--strategy S] [--topology T] script.py [args]``: N workers on this machine, no mpiexec flags.
 
 The launcher builds one run configuration (``fast_core.config.RunConfig``: strategy, topology, straggler, run
-folder, progress) and writes it into the ranks' environment; each rank's Worker reads it back, so the script needs
-no arguments of its own.
+folder, progress, work budget) and writes it into the ranks' environment; each rank's Worker reads it back, so the
+script needs no arguments of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -63,6 +64,19 @@ def add_parser(subparsers) -> None:
     add_launch_options(parser)
     parser.add_argument("--strategy", help="e.g. allreduce, dpsgd:ring, async:torus (FAST_STRATEGY)")
     parser.add_argument("--topology", help="topology of a strategy that names none, e.g. ring, torus (FAST_TOPOLOGY)")
+    parser.add_argument(
+        "--budget-samples",
+        type=positive,
+        metavar="N",
+        help="a shared work budget: N samples summed over all ranks, then every rank stops; a faster rank does more "
+        "of them under an asynchronous strategy (the script asks worker.claim_batch; FAST_BUDGET_SAMPLES)",
+    )
+    parser.add_argument(
+        "--budget-seconds",
+        type=float,
+        metavar="S",
+        help="a shared work budget: S wall-clock seconds from the common start (FAST_BUDGET_SECONDS)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a bar")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show a bar")
@@ -85,9 +99,15 @@ def run_config(
         rank = args.workers - 1 if args.straggler_rank is None else args.straggler_rank
         if not 0 <= rank < args.workers:
             raise CLIError(f"--straggler-rank {rank} is not a rank of {args.workers} workers (0..{args.workers - 1})")
+    seconds = getattr(args, "budget_seconds", None)
+    if seconds is not None and not 0 < seconds < math.inf:
+        raise CLIError(f"--budget-seconds {seconds:g}: give the wall-clock seconds to train, > 0 (e.g. 60)")
     outer = environment()
+    samples = getattr(args, "budget_samples", None)
     return replace(
         outer,
+        budget_samples=outer.budget_samples if samples is None else samples,
+        budget_seconds=outer.budget_seconds if seconds is None else seconds,
         strategy=strategy,
         topology=getattr(args, "topology", None) or outer.topology,
         straggler=args.straggler,
@@ -137,11 +157,29 @@ def main(args: argparse.Namespace) -> int:
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
     straggling = f", rank {config.straggler_rank} {args.straggler:g}x slower" if args.straggler else ""
-    say(f"{args.workers} workers, {chosen}{straggling}; records in {run_dir}")
-    write_run_file(run_dir, **started(args), strategy=args.strategy, topology=args.topology, target=target[3:])
+    say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}; records in {run_dir}")
+    write_run_file(
+        run_dir,
+        **started(args),
+        strategy=args.strategy,
+        topology=args.topology,
+        target=target[3:],
+        budget_samples=config.budget_samples,
+        budget_seconds=config.budget_seconds,
+    )
     began = time.monotonic()
     status = run_job(job, grace=args.grace)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3))
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
     return status
+
+
+def _budget_text(config: RunConfig) -> str:
+    """The shared work budget, as the launch line says it ("" without one)."""
+    parts = []
+    if config.budget_samples is not None:
+        parts.append(f"{config.budget_samples} samples")
+    if config.budget_seconds is not None:
+        parts.append(f"{config.budget_seconds:g} s")
+    return f", budget {' or '.join(parts)} for the job" if parts else ""

@@ -1,0 +1,228 @@
+"""A shared work budget: the job trains a number of samples summed over all ranks, or for a wall-clock duration,
+and every rank stops once it is spent. Under an asynchronous strategy a faster rank simply does more of the work.
+
+The trainer asks before each batch: ``n = worker.claim_batch(batch_size)`` is how many samples to train now
+(``batch_size``, fewer on the job's last grant), 0 once the budget is spent (stop, then ``close()``). How the ranks
+agree, with no blocking collective on an asynchronous training path:
+
+- Asynchronous strategy, sample budget: rank 0 holds the one counter. Its communication thread (a RequestService)
+  grants samples to the other ranks without rank 0's trainer; each rank reserves its next batch one batch ahead,
+  so its trainer normally finds the grant already there (when it must wait, the wait has the engine's timeout and
+  names rank 0). Rank 0's own trainer takes from the same counter under the service lock. The counter never goes
+  below 0, so the samples trained sum to the budget exactly: the last grant may be a partial batch. The stop
+  signal is the moment the counter reaches 0 (``Allowance.spent_at`` on rank 0); after it every rank trains at
+  most one more batch, the one it had reserved (``Budget(ahead=k)``: k batches reserved at a time, for steps
+  shorter than a grant's round trip; then at most 2k - 1).
+- Lockstep strategy, sample budget: no messages per step. At the first claim one allreduce sums the ranks' batch
+  sizes (the job's samples per step); every rank then runs floor(samples / that) steps. The remainder, less than
+  one step of the job, is not trained: the sum equals the budget when the budget is a multiple of that step.
+- Seconds: each rank's clock, from a barrier at the start. Asynchronous: a rank stops at its first claim after the
+  deadline. Lockstep: one 8-byte allreduce per claim (the ranks' largest elapsed time) so all stop at the same
+  step; lockstep strategies wait for each other every step anyway.
+
+Both may be given; the first one spent ends training. The job's sum is one allreduce in ``close`` (collective).
+A budget takes the place of ``join()`` for uneven inputs: no rank runs out of data, each keeps drawing batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import RunConfig, check_budget
+from .engine import Engine
+from .errors import ConfigError
+from .transport import RequestService
+
+log = logging.getLogger("fast")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much the whole job trains: ``samples`` summed over all ranks, and/or wall-clock ``seconds`` from the
+    common start (the first spent ends training). Global epochs are ``samples / dataset size``: convert before."""
+
+    samples: int | None = None
+    seconds: float | None = None
+    ahead: int = 1
+    """Asynchronous sample budget: the batches each rank reserves at a time from rank 0. With 1 every rank trains
+    at most one batch after the stop signal; a rank whose steps are shorter than a grant's round trip (a
+    millisecond or more) then waits for grants, and ``ahead=k`` makes it wait k times less often, training at most
+    2k - 1 batches after the signal."""
+
+    def __post_init__(self) -> None:
+        samples, seconds = check_budget(self.samples, self.seconds)
+        object.__setattr__(self, "samples", samples)
+        object.__setattr__(self, "seconds", seconds)
+        if isinstance(self.ahead, bool) or not isinstance(self.ahead, int | np.integer) or self.ahead < 1:
+            raise ConfigError(f"Budget(ahead={self.ahead!r}): give the batches a rank reserves at a time, >= 1, e.g. 4")
+        object.__setattr__(self, "ahead", int(self.ahead))
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> Budget | None:
+        """The budget ``fast run --budget-samples/--budget-seconds`` asked for, or None (no budget)."""
+        if config.budget_samples is None and config.budget_seconds is None:
+            return None
+        return cls(config.budget_samples, config.budget_seconds)
+
+
+def check_batch_size(batch_size: object) -> int:
+    """A claim's size: a whole number >= 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(f"claim_batch({batch_size!r}): give the number of samples of the next batch, >= 1")
+    return int(batch_size)
+
+
+class Allowance:
+    """One rank's account of a Budget while it trains: ``start`` and ``close`` are collective; ``claim`` before
+    each batch. ``engine`` is the worker's (metered) engine."""
+
+    def __init__(self, budget: Budget, engine: Engine, lockstep: bool) -> None:
+        self.budget = budget
+        self.engine = engine
+        self.lockstep = lockstep
+        self.spent = False
+        """True once a claim returned 0: every later claim returns 0 at once."""
+        self._shared: SharedSamples | None = None
+        self._steps_left: int | None = None  # lockstep sample budget, fixed at the first claim
+        self.started = 0.0
+        """``time.monotonic()`` at the common start (after ``start``): a seconds budget is measured from it."""
+
+    @property
+    def spent_at(self) -> float | None:
+        """Rank 0 under an asynchronous sample budget: the ``time.monotonic()`` at which the counter reached 0
+        (the stop signal); None elsewhere or before."""
+        return None if self._shared is None else self._shared.spent_at
+
+    def start(self) -> Allowance:
+        """Collective: set up rank 0's grant service (asynchronous sample budget) and the common start."""
+        if self.budget.samples is not None and not self.lockstep:
+            self._shared = SharedSamples(self.budget.samples, self.engine, self.budget.ahead)
+        if self.budget.seconds is not None:
+            self.engine.barrier()  # the common start every rank's clock measures from
+        self.started = time.monotonic()
+        return self
+
+    def claim(self, batch_size: int) -> int:
+        """Samples to train in the next batch (at most ``batch_size``), 0 once the budget is spent."""
+        if self.spent:
+            return 0
+        granted = 0 if self._out_of_time() else self._samples(batch_size)
+        self.spent = granted == 0
+        return granted
+
+    def close(self, samples: int) -> int:
+        """Collective: stop the grant service and return the job's samples (this rank trained ``samples``)."""
+        if self._shared is not None:
+            self._shared.close()
+        total = np.array([samples], dtype=np.int64)
+        self.engine.allreduce(total)
+        if self.engine.rank == 0:
+            log.info("budget %s: %d samples trained by the job", self.budget, int(total[0]))
+        return int(total[0])
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def _out_of_time(self) -> bool:
+        if self.budget.seconds is None:
+            return False
+        elapsed = np.array([time.monotonic() - self.started])
+        if self.lockstep:
+            self.engine.allreduce(elapsed, op="max")  # every rank stops at the same step
+        return bool(elapsed[0] >= self.budget.seconds)
+
+    def _samples(self, batch_size: int) -> int:
+        if self.budget.samples is None:
+            return batch_size
+        if self._shared is not None:
+            return self._shared.claim(batch_size)
+        if self._steps_left is None:
+            self._steps_left = self._lockstep_steps(batch_size)
+        if self._steps_left == 0:
+            return 0
+        self._steps_left -= 1
+        return batch_size
+
+    def _lockstep_steps(self, batch_size: int) -> int:
+        """floor(samples / the job's samples per step), from one allreduce of the ranks' first batch sizes."""
+        per_step = np.array([batch_size], dtype=np.int64)
+        self.engine.allreduce(per_step)
+        samples, job_step = self.budget.samples, int(per_step[0])
+        if samples < job_step:
+            raise ConfigError(
+                f"Budget(samples={samples}) is less than one step of this job ({job_step} samples over "
+                f"{self.engine.size} ranks): give at least {job_step}, or smaller batches"
+            )
+        return samples // job_step
+
+
+class SharedSamples:
+    """An asynchronous sample budget: rank 0's counter, granted to the other ranks by its communication thread.
+
+    A rank other than 0 keeps at most one request in flight, for its next ``ahead`` batches, asked as soon as the
+    previous grant arrived, and a ``credit`` of samples granted but not yet trained: at most ``2 * ahead - 1``
+    untrained batches in all, so that many at most after the stop signal (one with ``ahead`` 1).
+    """
+
+    def __init__(self, total: int, engine: Engine, ahead: int = 1) -> None:
+        self.rank, self.size = engine.rank, engine.size
+        self.ahead = ahead
+        self.remaining = total
+        """Rank 0: samples not granted yet (read and written under ``lock``)."""
+        self.spent_at: float | None = None
+        self._credit = 0
+        self._asked = 0  # size of the request in flight, 0 when none
+        self._exhausted = False  # rank 0 granted less than asked: nothing more to ask for
+        self._service: RequestService | None = None
+        self.lock = threading.Lock()
+        if self.size > 1:
+            askers = range(1, self.size) if self.rank == 0 else ()
+            handler = self._answer if self.rank == 0 else None
+            self._service = RequestService(engine, askers, 1, np.int64, handler, name="budget")
+            self.lock = self._service.lock
+
+    def claim(self, batch_size: int) -> int:
+        if self.rank == 0:
+            with self.lock:
+                return self._take(batch_size)
+        while self._credit < batch_size and not self._exhausted:  # twice only when the batch size grew
+            if not self._asked:
+                self._ask(batch_size - self._credit)
+            self._collect()
+        granted = min(batch_size, self._credit)
+        self._credit -= granted
+        if not self._exhausted and not self._asked:
+            self._ask(batch_size * self.ahead)  # the next claim normally finds its grant there
+        return granted
+
+    def close(self) -> None:
+        """Collective: rank 0's thread serves until every rank has closed (a last reservation is answered)."""
+        if self._service is not None:
+            self._service.close()
+
+    # rank 0 ---------------------------------------------------------------------------------------------------------
+    def _take(self, wanted: int) -> int:
+        """Grant up to ``wanted`` samples from the counter (under ``lock``)."""
+        granted = min(wanted, self.remaining)
+        self.remaining -= granted
+        if self.remaining == 0 and self.spent_at is None:
+            self.spent_at = time.monotonic()
+        return granted
+
+    def _answer(self, peer: int, request: np.ndarray, reply: np.ndarray) -> None:
+        reply[0] = self._take(max(0, int(request[0])))
+
+    # other ranks ----------------------------------------------------------------------------------------------------
+    def _ask(self, wanted: int) -> None:
+        self._service.ask(0, np.array([wanted], dtype=np.int64))
+        self._asked = wanted
+
+    def _collect(self) -> None:
+        """Add the grant in flight to the credit, waiting for it if it has not arrived."""
+        granted = int(self._service.reply()[0])  # PeerTimeout naming rank 0 after the engine's timeout
+        self._credit += granted
+        self._exhausted = granted < self._asked
+        self._asked = 0
