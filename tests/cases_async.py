@@ -130,3 +130,35 @@ def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engi
             np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=f"remix_stale={remix}")
         engine.barrier()
         worker.close()
+
+
+def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engine: Engine) -> None:
+    """keep_progress=True: rank 0 adds an update d before each step while the others stall after their first
+    message; it mixes their parameters once as x += sum_j w_j (x_j - x_sent), keeping every update whole, where the
+    default scales its own progress by w_ii at that step."""
+    if engine.size == 1:
+        return
+    steps, d = 4, 0.25
+    for keep in (False, True):
+        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+        model.set_params(np.full(model.layout.size, float(engine.rank)))
+        strategy = AsyncAveraging("ring", keep_progress=keep)
+        worker = Worker(model, strategy, engine, broadcast_start=False).start()
+        if engine.rank == 0:
+            graph = make_topology("ring", engine.size)
+            own, pulls = graph.self_weight(0), graph.in_weights(0)
+            for peer in pulls:
+                strategy._mailbox.wait_for(peer, min_step=0)
+            expected = 0.0
+            for step in range(steps):
+                model.set_params(model.params() + d)  # the optimizer's update of this step
+                worker.after_step()
+                expected += d
+                if step == 0:  # the one fresh message of each neighbour; rank 0 had sent its start, 0
+                    if keep:
+                        expected += sum(w * (peer - 0.0) for peer, w in pulls.items())
+                    else:
+                        expected = own * expected + sum(w * peer for peer, w in pulls.items())
+            np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=f"keep_progress={keep}")
+        engine.barrier()
+        worker.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..errors import ConfigError
 from ..mixing import axpy
 from ..topology import Topology
@@ -24,6 +26,9 @@ class AsyncAveraging(Strategy):
     the last step (or not heard from yet) lends its weight to the worker itself, so a stalled neighbour's old
     parameters do not keep pulling the model back (``remix_stale=True`` re-mixes the newest message at every
     step, the literal reading of the method; it trained 1-3 points worse on the CNN example, see the README).
+    ``keep_progress=True`` mixes differences instead, x_i <- x_i + sum_j w_ij (x_j - x_i^sent), x_i^sent being the
+    parameters this worker last sent: the optimizer's updates since then are kept whole rather than scaled by w_ii,
+    as D-PSGD keeps its own update (issue 12's study of why asynchronous runs end lower; benchmarks/async_budget.py).
     ``staleness=None`` (or inf) never waits; ``staleness=s`` waits (with a timeout naming the neighbour)
     until every neighbour has reached at least step k - s.
     """
@@ -37,6 +42,7 @@ class AsyncAveraging(Strategy):
         staleness: float | None = None,
         weights: str = "uniform",
         remix_stale: bool = False,
+        keep_progress: bool = False,
     ):
         if staleness is not None and not (staleness >= 0):
             raise ConfigError(f"staleness must be >= 0 steps (or None for no bound), got {staleness}")
@@ -44,6 +50,7 @@ class AsyncAveraging(Strategy):
         self.staleness = None if staleness is None or math.isinf(staleness) else int(staleness)
         self.weights = weights
         self.remix_stale = bool(remix_stale)
+        self.keep_progress = bool(keep_progress)
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = static_topology(self.topology, ctx.size, self.weights, "async averaging")
@@ -59,6 +66,7 @@ class AsyncAveraging(Strategy):
             name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)
+        self._sent = np.array(ctx.model.params(), copy=True) if self.keep_progress else None
 
     def after_step(self, ctx: StepContext) -> None:
         mailbox, step = self._mailbox, ctx.step
@@ -72,13 +80,19 @@ class AsyncAveraging(Strategy):
             if message is not None and (message.fresh or self.remix_stale):
                 heard.append((weight, message.payload))
                 ctx.metrics.record_staleness(max(0, step - message.step))
-        self_weight = self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)
-        if heard:
-            params *= self_weight
+        if heard and self._sent is not None:  # x_i += sum_j w_ij (x_j - x_i^sent): own progress kept whole
+            for weight, payload in heard:
+                axpy(weight, payload, params)
+                axpy(-weight, self._sent, params)
+            ctx.model.set_params(params)
+        elif heard:
+            params *= self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)
             for weight, payload in heard:
                 axpy(weight, payload, params)
             ctx.model.set_params(params)
         mailbox.post(params, step + 1)
+        if self._sent is not None:
+            np.copyto(self._sent, params)
 
     def close(self, ctx: StepContext) -> None:
         self._mailbox.close()
