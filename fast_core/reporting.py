@@ -100,8 +100,8 @@ class Reporter(Observer):
                 self._counts[key] = self._counts.get(key, 0) + 1
 
     def on_step_end(self, worker: Worker) -> None:
-        self._wall_stop = time.time()
         self._mark = time.perf_counter()
+        self._wall_stop = time.time()  # read after the step clock, as wall_start before it: the job's span holds it
         self._step_time = self._mark - self._start
         if self._bar is not None:
             self._bar.update()

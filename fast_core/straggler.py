@@ -73,11 +73,6 @@ class Straggler(Observer):
             return cls(seconds=config.straggler_seconds) if config.straggler_seconds > 0 else None
         return cls(config.straggler) if config.straggler != 1.0 else None
 
-    def describe(self) -> str:
-        if self.seconds is not None:
-            return f"sleeps {self.seconds:g} s per step"
-        return f"{self.factor:g}x slower (sleeps {self.factor - 1:g} x its measured compute per step)"
-
     def restart(self) -> None:
         """Start timing the compute of the next step (after a step, an epoch end, or the worker's start)."""
         self._mark = time.perf_counter()

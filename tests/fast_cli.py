@@ -42,7 +42,7 @@ def check_job_figures(row: dict, ranks: dict[int, list[dict]], target: float = 0
     assert float(row["job_samples_per_second"]) == pytest.approx(samples / wall, rel=1e-9)
     per_rank = [c["samples"] / c["step_time"] for c in closes]
     assert float(row["per_rank_samples_per_second"]) == pytest.approx(sum(per_rank) / len(per_rank), rel=1e-9)
-    assert all(c["step_time"] <= wall for c in closes)  # no rank trained longer than the job's wall-clock
+    assert all(c["step_time"] <= wall + 1e-3 for c in closes)  # no rank trained longer than the job (two clocks)
     consensus = sorted((r for rs in ranks.values() for r in rs if r["kind"] == "consensus"), key=lambda r: r["time"])
     curve = consensus or [r for r in ranks[0] if r["kind"] == "epoch"]
     assert row["target_model"] == ("consensus" if consensus else "rank 0")

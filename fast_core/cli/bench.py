@@ -57,7 +57,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--compare-ddp", action="store_true", help="also run torch DistributedDataParallel (gloo)")
     parser.add_argument("--epochs", type=positive, help="epochs per run (default: the example's)")
     parser.add_argument("--data", help="the example's task: digits or mnist1d (torch, tf, jax)")
-    parser.add_argument("--target", type=float, default=0.9, help="validation accuracy for the time-to-target column")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=0.9,
+        help="validation accuracy of the consensus model for the time-to-target column",
+    )
     parser.add_argument(
         "--repeats", type=positive, default=1, help="rounds, each running every strategy in turn; medians reported"
     )
