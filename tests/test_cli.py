@@ -25,6 +25,7 @@ import fast_core
 from fast_core import straggler as straggler_module
 from fast_core.cli import main as fast_main
 from fast_core.cli.launch import descendants, find_mpiexec
+from fast_core.cli.summary import markdown, median, summarize
 from fast_core.config import RunConfig
 from fast_core.errors import ConfigError
 from fast_core.numpy_model import SGD, SoftmaxRegression
@@ -382,6 +383,46 @@ def test_bench_numpy_writes_table_csv_and_plots(tmp_path: Path) -> None:
     for name in ("loss.png", "accuracy.png"):
         height, width, _ = matplotlib.image.imread(bench_dir / name).shape
         assert width > 1000 and height > 400
+
+
+def test_bench_rows_are_job_figures_and_time_to_target_is_the_consensus_models_when_recorded() -> None:
+    def rank(r: int, start: float, stop: float, trained: float, samples: int, extra: list) -> list[dict]:
+        return [
+            {"kind": "start", "rank": r, "step": 0, "time": 0.0, "wall_start": start},
+            *extra,
+            {
+                "kind": "close",
+                "rank": r,
+                "step": 10,
+                "samples": samples,
+                "step_time": trained,
+                "wall_stop": stop,
+                "bytes_sent": 100,
+                "mean_staleness": 1.0,
+            },
+            {"kind": "result", "rank": r, "step": 10, "test_accuracy": 0.93},
+        ]
+
+    epochs = [{"kind": "epoch", "time": 1.0, "val_accuracy": 0.8}, {"kind": "epoch", "time": 2.0, "val_accuracy": 0.95}]
+    consensus = [
+        {"kind": "consensus", "time": 3.0, "val_accuracy": 0.85},
+        {"kind": "consensus", "time": 4.0, "val_accuracy": 0.91},
+    ]
+    ranks = {0: rank(0, 100.0, 104.0, 4.0, 400, epochs + consensus), 1: rank(1, 100.5, 110.0, 9.5, 200, [])}
+    row = summarize("async", "async", ranks, target=0.9)
+    assert row.job_seconds == 10.0 and row.job_samples == 600  # earliest start to latest stop; all ranks' samples
+    assert row.job_samples_per_second == 60.0 and row.per_rank_samples_per_second == pytest.approx(
+        (100 + 200 / 9.5) / 2
+    )
+    assert (row.seconds_to_target, row.target_model, row.final_accuracy) == (4.0, "consensus", 0.93)
+    without = summarize("allreduce", "sync", {0: rank(0, 0.0, 5.0, 5.0, 50, epochs)}, target=0.9)
+    assert (without.seconds_to_target, without.target_model) == (2.0, "rank 0")  # rank 0's epochs, marked
+    table = markdown([without, row], None, target=0.9)
+    assert "| 2.00* |" in table and "| 4.00 |" in table and "(consensus model)" in table
+    assert table.endswith(
+        "in the run of `allreduce`, so the time to target shown is rank 0's own replica's, at its epoch ends."
+    )
+    assert median([row, row]).target_model == "consensus" and median([row, without]).target_model == "mixed"
 
 
 # reporting inside the Worker (in-process, 2 ranks on a LocalCluster) ---------------------------------------------

@@ -63,9 +63,11 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
     plt.close(fig)
 
     fig, (accuracy, speed) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    models = set()
     for label, ranks in runs.items():
         curve, model = accuracy_curve(ranks)
         seconds, values, consensus = [r["time"] for r in curve], [r["val_accuracy"] for r in curve], model == CONSENSUS
+        models.add(model)
         accuracy.plot(
             seconds,
             values,
@@ -77,7 +79,11 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
             linestyle="-" if consensus else "--",
         )
     accuracy.set_xlabel("seconds since the common start")
-    accuracy.set_ylabel("validation accuracy of the consensus model")
+    accuracy.set_ylabel(
+        "val. accuracy, consensus model" + ("" if models == {CONSENSUS} else " (dashed: rank 0's replica)")
+        if CONSENSUS in models
+        else "val. accuracy of rank 0's replica (no consensus records)"
+    )
     accuracy.grid(True, alpha=0.3)
     accuracy.legend(title="strategy", loc="lower right")
     measured = [r for r in rows if r.job_samples_per_second is not None]

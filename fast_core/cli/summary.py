@@ -118,7 +118,7 @@ def summarize(label: str, mode: str, ranks: Records, target: float) -> Row:
         final_accuracy=result.get("test_accuracy"),
         bytes_sent_per_step=statistics.fmean(per_step) if per_step else None,
         mean_staleness=statistics.fmean(staleness) if staleness else None,
-        steps=rank0[-1]["step"] if rank0 else None,
+        steps=(last(rank0, "close") or (rank0[-1] if rank0 else {})).get("step"),
     )
 
 
