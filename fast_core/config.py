@@ -24,6 +24,9 @@ TOPOLOGY_VARIABLE = "FAST_TOPOLOGY"
 TIMEOUT_VARIABLE = "FAST_TIMEOUT"
 STRAGGLER_VARIABLE = "FAST_STRAGGLER"
 STRAGGLER_RANK_VARIABLE = "FAST_STRAGGLER_RANK"
+STRAGGLER_SECONDS_VARIABLE = "FAST_STRAGGLER_SECONDS"
+"""The fixed straggler: its rank sleeps exactly this many seconds before each optimizer step, whatever the strategy
+(``FAST_STRAGGLER``, the relative form, scales its own measured time instead; give one of the two)."""
 RUN_DIR_VARIABLE = "FAST_RUN_DIR"
 """The run folder; each rank appends its records to ``rank<r>.jsonl`` there."""
 LOG_EVERY_VARIABLE = "FAST_LOG_EVERY"
@@ -54,7 +57,10 @@ class RunConfig:
     timeout: float = DEFAULT_TIMEOUT
     """Seconds any wait on a peer may last; ``math.inf`` waits forever (for debugging under a debugger)."""
     straggler: float | None = None
+    """The relative straggler: its rank runs ``straggler`` times slower than its own measured compute."""
     straggler_rank: int | None = None
+    straggler_seconds: float | None = None
+    """The fixed straggler: its rank sleeps this many seconds per step (``fast bench`` calibrates it)."""
     run_dir: Path | None = None
     log_every: int = DEFAULT_LOG_EVERY
     progress: bool = False
@@ -74,12 +80,20 @@ class RunConfig:
             return env.get(name, "").strip()
 
         run_dir = text(RUN_DIR_VARIABLE)
+        straggler = _straggler_factor(text(STRAGGLER_VARIABLE))
+        straggler_seconds = _straggler_seconds(text(STRAGGLER_SECONDS_VARIABLE))
+        if straggler is not None and straggler_seconds is not None:
+            raise ConfigError(
+                f"{STRAGGLER_VARIABLE} and {STRAGGLER_SECONDS_VARIABLE} are both set: give one, the factor (3: three "
+                "times its own compute) or the fixed seconds slept per step"
+            )
         return cls(
             strategy=text(STRATEGY_VARIABLE) or None,
             topology=text(TOPOLOGY_VARIABLE) or None,
             timeout=parse_timeout(text(TIMEOUT_VARIABLE)) if text(TIMEOUT_VARIABLE) else DEFAULT_TIMEOUT,
-            straggler=_straggler_factor(text(STRAGGLER_VARIABLE)),
+            straggler=straggler,
             straggler_rank=_whole(text(STRAGGLER_RANK_VARIABLE), STRAGGLER_RANK_VARIABLE, "1", minimum=0),
+            straggler_seconds=straggler_seconds,
             run_dir=Path(run_dir) if run_dir else None,
             log_every=_whole(text(LOG_EVERY_VARIABLE), LOG_EVERY_VARIABLE, "10", minimum=1) or DEFAULT_LOG_EVERY,
             progress=_switch(text(PROGRESS_VARIABLE)),
@@ -98,6 +112,7 @@ class RunConfig:
             TIMEOUT_VARIABLE: "inf" if math.isinf(self.timeout) else repr(self.timeout),
             STRAGGLER_VARIABLE: "" if self.straggler is None else repr(self.straggler),
             STRAGGLER_RANK_VARIABLE: "" if self.straggler_rank is None else str(self.straggler_rank),
+            STRAGGLER_SECONDS_VARIABLE: "" if self.straggler_seconds is None else repr(self.straggler_seconds),
             RUN_DIR_VARIABLE: "" if self.run_dir is None else str(self.run_dir),
             LOG_EVERY_VARIABLE: str(self.log_every),
             PROGRESS_VARIABLE: "1" if self.progress else "0",
@@ -181,6 +196,20 @@ def _straggler_factor(text: str) -> float | None:
     if not factor >= 1.0 or math.isinf(factor):
         raise ConfigError(f"{STRAGGLER_VARIABLE}={text!r}: give a slow-down factor >= 1, e.g. 3 for three times slower")
     return factor
+
+
+def _straggler_seconds(text: str) -> float | None:
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:  # also false for nan
+        raise ConfigError(
+            f"{STRAGGLER_SECONDS_VARIABLE}={text!r}: give the seconds the straggler sleeps per step, >= 0, e.g. 0.01"
+        )
+    return seconds
 
 
 def _whole(text: str, name: str, example: str, minimum: int) -> int | None:

@@ -5,6 +5,14 @@ Scripts hand over what only they know (``worker.record(loss=..., samples=...)`` 
 count and metrics (bytes, waits, staleness, the last consensus distance the script computed) and writes a "step"
 record every ``FAST_LOG_EVERY`` steps. Nothing here is collective, and without the environment variables that
 `fast run` sets the Worker has no Reporter at all.
+
+Times, for honest job figures (``fast bench``): every record's ``time`` counts seconds since the worker's start,
+which is collective, so it is the job's common start on every rank; the "start" record also holds it as wall-clock
+(``wall_start``, ``time.time()``) and the "close" record holds the wall-clock of this rank's stop, the end of its
+last step (``wall_stop``; ``step_time`` is the same point in seconds since the start), so the job's wall-clock runs
+from the earliest ``wall_start`` to the latest ``wall_stop``. Every record carries ``compute_seconds``: this rank's
+time so far from each step's end to the next step's gradient hook (forward, backward, data loading; the simulated
+straggler's sleep and the epochs' evaluations excluded), which ``fast bench`` calibrates its straggler from.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from .config import RunConfig
 from .observers import Observer
 from .progress import ProgressBar, print_record
 from .runlog import RunLog, rank_file
+from .straggler import Straggler
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -52,24 +61,35 @@ class Reporter(Observer):
         self._epochs = 0
         self._last_step = -1
         self._step_time = 0.0  # seconds from the start to the end of the last step (closing may wait for peers)
+        self._wall_stop: float | None = None  # time.time() at the end of the last step
+        self._compute = 0.0  # seconds from steps' ends to their next gradient hook, summed
         self._start = time.perf_counter()
+        self._mark = self._start
 
     # Worker events -----------------------------------------------------------------------------------------------
     def on_start(self, worker: Worker) -> None:
-        self._start = time.perf_counter()
+        wall = time.time()
+        self._start = self._mark = time.perf_counter()
         if self._progress:
             self._bar = ProgressBar(self._label or worker.strategy.name)
         meta = {"size": worker.size, "strategy": repr(worker.strategy), "host": socket.gethostname()}
-        self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every})
+        self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every, "wall_start": wall})
+
+    def on_compute_end(self, worker: Worker) -> None:
+        self._compute += time.perf_counter() - self._mark  # before a straggler's sleep: observers run in order
+
+    def on_epoch_end(self, worker: Worker) -> None:
+        self._mark = time.perf_counter()  # the epoch's evaluation is not a step's compute
 
     def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
+        if kind == "step":
+            self._add(values)
+            return
         if kind == "epoch":
             self._epochs += 1
-            self._emit(worker, "epoch", {"epoch": self._epochs, **values})
-        elif kind == "result":
-            self._emit(worker, "result", values)
-        else:
-            self._add(values)
+            self._mark = time.perf_counter()
+            values = {"epoch": self._epochs, **values}
+        self._emit(worker, kind, values)  # "result", and any other kind (e.g. "consensus") as its own record
 
     def _add(self, values: dict[str, Any]) -> None:
         for key, value in values.items():
@@ -80,7 +100,9 @@ class Reporter(Observer):
                 self._counts[key] = self._counts.get(key, 0) + 1
 
     def on_step_end(self, worker: Worker) -> None:
-        self._step_time = time.perf_counter() - self._start
+        self._mark = time.perf_counter()
+        self._wall_stop = time.time()  # read after the step clock, as wall_start before it: the job's span holds it
+        self._step_time = self._mark - self._start
         if self._bar is not None:
             self._bar.update()
         if worker.step % self.every == 0:
@@ -90,7 +112,11 @@ class Reporter(Observer):
         """The last values, then a "close" record with the totals; the bar ends. Results may still follow."""
         if self._counts and worker.step != self._last_step:
             self._emit(worker, "step", self._interval())
-        self._emit(worker, "close", {SUMMED: self._samples, "step_time": self._step_time})
+        closing = {SUMMED: self._samples, "step_time": self._step_time, "wall_stop": self._wall_stop}
+        slept = [o.slept for o in worker.observers if isinstance(o, Straggler)]
+        if slept:
+            closing["straggler_slept"] = sum(slept)  # seconds this rank slept as the simulated straggler
+        self._emit(worker, "close", closing)
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -107,6 +133,7 @@ class Reporter(Observer):
         metrics = worker.metrics.as_dict()
         record = {"kind": kind, "rank": self.rank, "step": worker.step, "time": time.perf_counter() - self._start}
         record.update({key: metrics[key] for key in METRICS})
+        record["compute_seconds"] = self._compute
         record["consensus_distance"] = metrics["consensus_distance"]
         record.update(values)
         if kind == "step":

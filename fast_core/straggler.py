@@ -1,58 +1,89 @@
-"""A simulated straggler: one rank computes ``factor`` times slower, whatever the framework or script.
+"""A simulated straggler: one rank made slower, whatever the framework or script, in one of two forms.
 
-``fast run --straggler 3`` (or ``FAST_STRAGGLER=3`` under any launcher) makes the last rank (``FAST_STRAGGLER_RANK``
-to choose another) sleep, just before each optimizer step, ``factor - 1`` times the wall time it spent since its
-previous step ended: its forward and backward pass, data loading included, so the step takes ``factor`` times as
-long. On a machine whose cores the ranks share, that time includes waiting for a core, as the other ranks' steps
-do, so the straggler stays ``factor`` times slower than they are. A sleep rather than extra work leaves the CPU to
-the other ranks. It is a Worker observer, so every adapter and script gets it, whatever threads its framework
-computes on.
+Relative (``fast run --straggler 3``, ``FAST_STRAGGLER=3``): the last rank (``FAST_STRAGGLER_RANK`` to choose
+another) sleeps, just before each optimizer step, ``factor - 1`` times the wall time it spent since its previous
+step ended: its forward and backward pass, data loading included, so the step takes ``factor`` times as long. On a
+machine whose cores the ranks share, that time includes waiting for a core, as the other ranks' steps do. It also
+includes any communication the training does inside backward (torch DDP all-reduces gradients there), so it slows
+such a run more than one whose strategy communicates after that point.
+
+Fixed (``--straggler-seconds S``, ``FAST_STRAGGLER_SECONDS=S``): the rank sleeps exactly ``S`` seconds at the same
+point of every step, whatever the strategy, so DDP, all-reduce and the asynchronous strategies lose the same time.
+``fast bench --straggler F`` uses it: a first launch with no communication measures the straggler rank's compute
+per step (``compute_per_step``, from the "compute_seconds" its records carry), then every run of the bench gets
+``calibrated_seconds(F, compute)`` = ``(F - 1) x compute`` seconds per step.
+
+A sleep rather than extra work leaves the CPU to the other ranks. It is a Worker observer, so every adapter and
+script gets it, whatever threads its framework computes on.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import STRAGGLER_RANK_VARIABLE, STRAGGLER_VARIABLE, RunConfig
+from .config import STRAGGLER_RANK_VARIABLE, STRAGGLER_SECONDS_VARIABLE, STRAGGLER_VARIABLE, RunConfig
 from .errors import ConfigError
 from .observers import Observer
 
 if TYPE_CHECKING:
     from .worker import Worker
 
-__all__ = ["STRAGGLER_RANK_VARIABLE", "STRAGGLER_VARIABLE", "Straggler", "straggler_from_environment"]
+__all__ = [
+    "STRAGGLER_RANK_VARIABLE",
+    "STRAGGLER_SECONDS_VARIABLE",
+    "STRAGGLER_VARIABLE",
+    "Straggler",
+    "calibrated_seconds",
+    "compute_per_step",
+    "straggler_from_environment",
+]
 
 
 class Straggler(Observer):
-    """Stretches compute: ``restart()`` when a step ends, ``slow_down()`` when the next one's compute has ended."""
+    """Stretches each step: ``restart()`` when a step ends, ``slow_down()`` when the next one's compute has ended.
 
-    def __init__(self, factor: float) -> None:
+    ``Straggler(3.0)`` is the relative form; ``Straggler(seconds=0.02)`` the fixed one. ``slept`` and ``steps``
+    count what it did (the Reporter copies ``slept`` into the "close" record).
+    """
+
+    def __init__(self, factor: float = 1.0, *, seconds: float | None = None) -> None:
         if not factor >= 1.0:
             raise ConfigError(f"a straggler's slow-down factor must be >= 1, got {factor} (3 means three times slower)")
+        if seconds is not None and not 0.0 <= seconds < float("inf"):
+            raise ConfigError(f"a fixed straggler sleeps seconds >= 0 per step, got {seconds}")
         self.factor = factor
+        self.seconds = seconds
         self.slept = 0.0
+        self.steps = 0
         self.restart()
 
     @classmethod
     def for_rank(cls, config: RunConfig, rank: int, size: int) -> Straggler | None:
         """The Straggler this rank plays under ``config``, or None (nothing to do, nothing to pay)."""
-        if config.straggler is None:
+        if config.straggler is None and config.straggler_seconds is None:
             return None
         chosen = size - 1 if config.straggler_rank is None else config.straggler_rank
         if not 0 <= chosen < size:
             raise ConfigError(f"{STRAGGLER_RANK_VARIABLE}={chosen} is not a rank of this job (0..{size - 1})")
-        if rank != chosen or config.straggler == 1.0:
+        if rank != chosen:
             return None
-        return cls(config.straggler)
+        if config.straggler_seconds is not None:
+            return cls(seconds=config.straggler_seconds) if config.straggler_seconds > 0 else None
+        return cls(config.straggler) if config.straggler != 1.0 else None
 
     def restart(self) -> None:
         """Start timing the compute of the next step (after a step, an epoch end, or the worker's start)."""
         self._mark = time.perf_counter()
 
     def slow_down(self) -> None:
-        """Sleep ``factor - 1`` times the compute measured since ``restart``."""
-        pause = (self.factor - 1.0) * (time.perf_counter() - self._mark)
+        """Sleep the fixed seconds, or ``factor - 1`` times the compute measured since ``restart``."""
+        if self.seconds is not None:
+            pause = self.seconds
+        else:
+            pause = (self.factor - 1.0) * (time.perf_counter() - self._mark)
+        self.steps += 1
         if pause > 0:
             time.sleep(pause)
             self.slept += pause
@@ -76,5 +107,32 @@ class Straggler(Observer):
 
 
 def straggler_from_environment(rank: int, size: int) -> Straggler | None:
-    """The Straggler this rank plays under ``FAST_STRAGGLER``, or None."""
+    """The Straggler this rank plays under ``FAST_STRAGGLER`` or ``FAST_STRAGGLER_SECONDS``, or None."""
     return Straggler.for_rank(RunConfig.from_environment(), rank, size)
+
+
+# calibration (fast bench --straggler F) ----------------------------------------------------------------------------
+def compute_per_step(records: Sequence[dict[str, Any]]) -> float | None:
+    """Seconds of compute per step in one rank's records (the Reporter's cumulative "compute_seconds": from a step's
+    end to the next step's gradient hook, as the relative straggler measures it).
+
+    With two step records or more, the steps between the first and the last one (the first steps pay one-time
+    costs: lazy initialisation, caches); else the "close" record's totals. None when nothing was measured.
+    """
+    steps = [r for r in records if r.get("kind") == "step" and r.get("compute_seconds") is not None]
+    if len(steps) >= 2 and steps[-1]["step"] > steps[0]["step"]:
+        first, final = steps[0], steps[-1]
+        return (final["compute_seconds"] - first["compute_seconds"]) / (final["step"] - first["step"])
+    close = next((r for r in reversed(records) if r.get("kind") == "close"), None)
+    if close and close.get("step") and close.get("compute_seconds") is not None:
+        return close["compute_seconds"] / close["step"]
+    return None
+
+
+def calibrated_seconds(factor: float, compute: float) -> float:
+    """The fixed sleep per step that makes a rank whose step computes ``compute`` seconds ``factor`` times slower."""
+    if not factor >= 1.0:
+        raise ConfigError(f"a straggler's slow-down factor must be >= 1, got {factor} (3 means three times slower)")
+    if not compute >= 0.0:
+        raise ConfigError(f"a measured compute per step must be >= 0 seconds, got {compute}")
+    return (factor - 1.0) * compute

@@ -25,3 +25,55 @@ def bench(bench_dir: Path, *args: str, timeout: float = 240) -> tuple[subprocess
     assert done.returncode == 0, done.stdout + done.stderr
     with open(bench_dir / "results.csv") as f:
         return done, {row["label"]: row for row in csv.DictReader(f)}
+
+
+def check_job_figures(row: dict, ranks: dict[int, list[dict]], target: float = 0.9) -> None:
+    """The job columns of one results.csv row, recomputed from the run's records (read_run): wall-clock from the
+    earliest "start" record's wall_start to the latest "close" record's wall_stop, all ranks' samples over it, the
+    per-rank mean rate, and time to target on the consensus records (rank 0's epoch ends when there are none)."""
+    import pytest
+
+    closes = [next(r for r in records if r["kind"] == "close") for records in ranks.values()]
+    starts = [next(r for r in records if r["kind"] == "start") for records in ranks.values()]
+    wall = max(c["wall_stop"] for c in closes) - min(s["wall_start"] for s in starts)
+    samples = sum(c["samples"] for c in closes)
+    assert float(row["job_seconds"]) == pytest.approx(wall, rel=1e-9)
+    assert float(row["job_samples"]) == samples > 0
+    assert float(row["job_samples_per_second"]) == pytest.approx(samples / wall, rel=1e-9)
+    per_rank = [c["samples"] / c["step_time"] for c in closes]
+    assert float(row["per_rank_samples_per_second"]) == pytest.approx(sum(per_rank) / len(per_rank), rel=1e-9)
+    assert all(c["step_time"] <= wall + 1e-3 for c in closes)  # no rank trained longer than the job (two clocks)
+    consensus = sorted((r for rs in ranks.values() for r in rs if r["kind"] == "consensus"), key=lambda r: r["time"])
+    curve = consensus or [r for r in ranks[0] if r["kind"] == "epoch"]
+    assert row["target_model"] == ("consensus" if consensus else "rank 0")
+    reached = [r["time"] for r in curve if r["val_accuracy"] >= target]
+    if reached:
+        assert float(row["seconds_to_target"]) == pytest.approx(reached[0], rel=1e-9)
+    else:
+        assert row["seconds_to_target"] == ""
+    result = next(r for r in reversed(ranks[0]) if r["kind"] == "result")
+    assert float(row["final_accuracy"]) == pytest.approx(result["test_accuracy"], rel=1e-12)
+
+
+def check_fixed_straggler(bench_dir: Path, labels: list[str], rank: int) -> float:
+    """Every run of the bench slept the same calibrated seconds per step on ``rank`` only: run.json's
+    straggler_seconds = (factor - 1) x the calibration launch's compute per step on that rank; returns it."""
+    import json
+
+    import pytest
+
+    from fast_core.runlog import read_run
+    from fast_core.straggler import compute_per_step
+
+    info = json.loads((bench_dir / "run.json").read_text())
+    compute = compute_per_step(read_run(bench_dir / "calibration")[rank])
+    assert info["calibrated_compute_seconds"] == pytest.approx(compute, rel=1e-12) and compute > 0
+    assert info["straggler_seconds"] == pytest.approx((info["straggler"] - 1) * compute, rel=1e-12)
+    for label in labels:
+        for r, records in read_run(bench_dir / label.replace(":", "-")).items():
+            close = next(c for c in records if c["kind"] == "close")
+            if r == rank:
+                assert close["straggler_slept"] == pytest.approx(close["step"] * info["straggler_seconds"], rel=1e-6)
+            else:
+                assert "straggler_slept" not in close
+    return info["straggler_seconds"]

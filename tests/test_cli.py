@@ -13,20 +13,25 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fast_cli import FAST, bench, fast
+from fast_cli import FAST, bench, check_fixed_straggler, check_job_figures, fast
 
 import fast_core
+from fast_core import straggler as straggler_module
 from fast_core.cli import main as fast_main
 from fast_core.cli.launch import descendants, find_mpiexec
+from fast_core.cli.summary import markdown, median, summarize
+from fast_core.config import RunConfig
+from fast_core.errors import ConfigError
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.progress import ProgressBar
 from fast_core.runlog import read_run
-from fast_core.straggler import Straggler, straggler_from_environment
+from fast_core.straggler import Straggler, calibrated_seconds, compute_per_step, straggler_from_environment
 from fast_core.topology import ring
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -141,6 +146,68 @@ def test_straggler_sleeps_factor_minus_one_times_the_compute_and_only_on_its_ran
     monkeypatch.setenv("FAST_STRAGGLER_RANK", "4")
     with pytest.raises(fast_core.ConfigError, match="not a rank of this job"):
         straggler_from_environment(0, 4)
+
+
+def test_the_fixed_straggler_sleeps_its_seconds_every_step_on_its_rank_only(monkeypatch) -> None:
+    pauses: dict[int, list[float]] = {}  # by thread: LocalCluster runs each rank in a thread of its own
+
+    class Clock:  # the straggler module's clock: real time, but its sleeps are written down, not slept
+        perf_counter = staticmethod(time.perf_counter)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.setdefault(threading.get_ident(), []).append(seconds)
+
+    monkeypatch.setattr(straggler_module, "time", Clock)
+    config = RunConfig(straggler_seconds=0.25, straggler_rank=1)
+
+    def train(engine) -> tuple[int, float, list[float]]:
+        model = SoftmaxRegression(3, 2, optimizer=SGD(0.1))
+        worker = fast_core.Worker(model, "async:ring", engine, config=config).start()
+        for step in range(6):
+            if engine.rank == 1 and step % 2:  # some steps compute longer: a fixed sleep does not care
+                begin = time.perf_counter()
+                while time.perf_counter() - begin < 0.005:
+                    pass
+            model.compute_gradients(np.ones((2, 3)), np.zeros(2, dtype=np.int64))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()
+        slept = sum(o.slept for o in worker.observers if isinstance(o, Straggler))
+        return worker.step, slept, pauses.get(threading.get_ident(), [])
+
+    # exactly S per step, on rank 1 only
+    assert fast_core.LocalCluster(3).run(train) == [(6, 0.0, []), (6, 1.5, [0.25] * 6), (6, 0.0, [])]
+    monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0.01")
+    assert [straggler_from_environment(r, 3) is not None for r in range(3)] == [False, False, True]
+    assert straggler_from_environment(2, 3).seconds == 0.01
+    monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0")  # no sleep: nothing to pay
+    assert straggler_from_environment(2, 3) is None
+    monkeypatch.setenv("FAST_STRAGGLER", "3")
+    with pytest.raises(ConfigError, match="FAST_STRAGGLER and FAST_STRAGGLER_SECONDS are both set: give one"):
+        straggler_from_environment(2, 3)
+    with pytest.raises(ConfigError, match="^FAST_STRAGGLER_SECONDS='-1': give the seconds"):
+        RunConfig.from_environment({"FAST_STRAGGLER_SECONDS": "-1"})
+    fixed = RunConfig(straggler_seconds=0.02, straggler_rank=0)
+    assert RunConfig.from_environment(fixed.to_environment()) == fixed
+
+
+def test_calibration_arithmetic_compute_per_step_from_records_and_the_fixed_sleep() -> None:
+    def step(n: int, compute: float) -> dict:
+        return {"kind": "step", "step": n, "compute_seconds": compute}
+
+    # step records: the steps between the first record and the last (the first steps pay one-time costs)
+    records = [{"kind": "start", "step": 0}, step(5, 0.9), step(10, 1.4), step(15, 1.9), {"kind": "epoch"}]
+    assert compute_per_step(records) == pytest.approx((1.9 - 0.9) / 10)
+    # one step record only: the close record's totals
+    close = {"kind": "close", "step": 8, "compute_seconds": 0.4}
+    assert compute_per_step([step(8, 0.4), close]) == pytest.approx(0.05)
+    assert compute_per_step([{"kind": "start", "step": 0}]) is None  # nothing measured
+    assert calibrated_seconds(3.0, 0.05) == pytest.approx(0.1)  # (F - 1) x compute
+    assert calibrated_seconds(1.0, 0.05) == 0.0
+    with pytest.raises(ConfigError, match="factor must be >= 1"):
+        calibrated_seconds(0.5, 0.05)
 
 
 FAILING = """
@@ -295,20 +362,67 @@ def test_bench_numpy_writes_table_csv_and_plots(tmp_path: Path) -> None:
     assert 0 < float(rows["async:ring"]["bytes_sent_per_step"]) <= parameters * 1.01
     for row in rows.values():
         assert float(row["final_accuracy"]) > 0.85
-        assert float(row["samples_per_second"]) > 0
+        assert float(row["job_samples_per_second"]) > 0
     assert float(rows["allreduce"]["vs_baseline"]) == 1.0
     for label in rows:  # every run's records and output are kept in its own folder
         run = read_run(bench_dir / label.replace(":", "-"))
         assert sorted(run) == [0, 1]
         assert run[0][-1]["test_accuracy"] == pytest.approx(float(rows[label]["final_accuracy"]))
+        check_job_figures(rows[label], run)  # the job columns are what the records say
+    versus = float(rows["async:ring"]["job_samples_per_second"]) / float(rows["allreduce"]["job_samples_per_second"])
+    assert float(rows["async:ring"]["vs_baseline"]) == pytest.approx(versus)
+    # --straggler 3: one calibration launch, then the same fixed sleep per step on rank 1 in both runs
+    pause = check_fixed_straggler(bench_dir, list(rows), rank=1)
     table = (bench_dir / "results.md").read_text()
     assert "| `allreduce` | sync |" in table and "| `async:ring` | async |" in table and "rank 1 3x slower" in table
+    assert f"= {pause * 1e3:.3f} ms before each optimizer step" in table  # what was calibrated, said
+    assert "| job wall-clock s | job samples/s | vs allreduce | per-rank samples/s (mean) |" in table
     assert table.split("\n\n")[-1].strip() in done.stdout  # the table is also printed
     import matplotlib.image
 
     for name in ("loss.png", "accuracy.png"):
         height, width, _ = matplotlib.image.imread(bench_dir / name).shape
         assert width > 1000 and height > 400
+
+
+def test_bench_rows_are_job_figures_and_time_to_target_is_the_consensus_models_when_recorded() -> None:
+    def rank(r: int, start: float, stop: float, trained: float, samples: int, extra: list) -> list[dict]:
+        return [
+            {"kind": "start", "rank": r, "step": 0, "time": 0.0, "wall_start": start},
+            *extra,
+            {
+                "kind": "close",
+                "rank": r,
+                "step": 10,
+                "samples": samples,
+                "step_time": trained,
+                "wall_stop": stop,
+                "bytes_sent": 100,
+                "mean_staleness": 1.0,
+            },
+            {"kind": "result", "rank": r, "step": 10, "test_accuracy": 0.93},
+        ]
+
+    epochs = [{"kind": "epoch", "time": 1.0, "val_accuracy": 0.8}, {"kind": "epoch", "time": 2.0, "val_accuracy": 0.95}]
+    consensus = [
+        {"kind": "consensus", "time": 3.0, "val_accuracy": 0.85},
+        {"kind": "consensus", "time": 4.0, "val_accuracy": 0.91},
+    ]
+    ranks = {0: rank(0, 100.0, 104.0, 4.0, 400, epochs + consensus), 1: rank(1, 100.5, 110.0, 9.5, 200, [])}
+    row = summarize("async", "async", ranks, target=0.9)
+    assert row.job_seconds == 10.0 and row.job_samples == 600  # earliest start to latest stop; all ranks' samples
+    assert row.job_samples_per_second == 60.0 and row.per_rank_samples_per_second == pytest.approx(
+        (100 + 200 / 9.5) / 2
+    )
+    assert (row.seconds_to_target, row.target_model, row.final_accuracy) == (4.0, "consensus", 0.93)
+    without = summarize("allreduce", "sync", {0: rank(0, 0.0, 5.0, 5.0, 50, epochs)}, target=0.9)
+    assert (without.seconds_to_target, without.target_model) == (2.0, "rank 0")  # rank 0's epochs, marked
+    table = markdown([without, row], None, target=0.9)
+    assert "| 2.00* |" in table and "| 4.00 |" in table and "(consensus model)" in table
+    assert table.endswith(
+        "in the run of `allreduce`, so the time to target shown is rank 0's own replica's, at its epoch ends."
+    )
+    assert median([row, row]).target_model == "consensus" and median([row, without]).target_model == "mixed"
 
 
 # reporting inside the Worker (in-process, 2 ranks on a LocalCluster) ---------------------------------------------
@@ -347,6 +461,36 @@ def test_worker_records_average_between_records_and_count_samples(tmp_path: Path
         assert records[-2]["kind"] == "close" and records[-2]["samples"] == 20
         assert records[-1] == {**records[-1], "kind": "result", "test_accuracy": 0.75}
         assert records[0]["size"] == 2 and "DPSGD" in records[0]["strategy"]
+
+
+def test_records_hold_the_common_start_each_ranks_stop_and_its_compute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FAST_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("FAST_LOG_EVERY", "2")
+
+    def train(engine) -> None:
+        model = SoftmaxRegression(3, 2, optimizer=SGD(0.1))
+        worker = fast_core.Worker(model, "async:ring", engine).start()
+        for _ in range(4):
+            model.compute_gradients(np.ones((2, 3)), np.zeros(2, dtype=np.int64))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+            worker.record(samples=2)
+        worker.close()
+        if engine.rank == 0:  # what an example writes for the consensus model: its own time, kept as given
+            for observer in worker.observers:
+                observer.on_record(worker, "consensus", {"time": 0.5, "val_accuracy": 0.75})
+
+    fast_core.LocalCluster(2).run(train)
+    for rank, records in read_run(tmp_path).items():
+        start, close = records[0], next(r for r in records if r["kind"] == "close")
+        assert start["kind"] == "start" and start["wall_start"] <= close["wall_stop"]
+        assert close["wall_stop"] - start["wall_start"] == pytest.approx(close["step_time"], abs=0.05)
+        computed = [r["compute_seconds"] for r in records]
+        assert computed == sorted(computed) and 0 < close["compute_seconds"] <= close["step_time"]
+        assert "straggler_slept" not in close
+        consensus = [r for r in records if r["kind"] == "consensus"]
+        assert consensus == ([{**consensus[0], "time": 0.5, "val_accuracy": 0.75}] if rank == 0 else [])
 
 
 def test_without_fast_run_the_worker_reports_nothing(tmp_path: Path, monkeypatch) -> None:

@@ -3,6 +3,12 @@
 Runs the framework's example once per strategy (one mpiexec launch each, one after the other, so they do not share
 the cores), each into its own run folder under the bench folder, then writes there a table (results.md,
 results.csv) and figures (loss.png, accuracy.png) computed from the ranks' records.
+
+A fair straggler: ``--straggler F`` first launches the example once with a strategy that exchanges nothing, for
+one epoch (the calibration folder), reads the straggler rank's compute per step from its records, and gives every
+run of the bench the same fixed sleep of ``(F - 1) x`` that compute per step (``FAST_STRAGGLER_SECONDS``), so DDP,
+whose gradient all-reduce runs inside backward, loses no more time than FAST's strategies. ``--straggler-seconds
+S`` gives that sleep directly.
 """
 
 from __future__ import annotations
@@ -13,18 +19,26 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from ..config import RunConfig
 from ..runlog import read_run
+from ..straggler import calibrated_seconds, compute_per_step
 from .common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
 from .frameworks import FRAMEWORKS, Framework
 from .launch import Job, find_mpiexec, python_target, run_job
 from .plots import plot
 from .run import add_launch_options, launch_variables, run_config, started, write_run_file
-from .summary import Records, Row, compare, markdown, median, summarize, write_csv
+from .summary import CONSENSUS, Records, Row, compare, markdown, median, summarize, write_csv
 
 DDP = "DDP"
 DEFAULT_STRATEGIES = "allreduce,dpsgd,async,sgp"
+CALIBRATION_STRATEGY = "localsgd:period=1000000000"
+"""A strategy that exchanges nothing while training (local SGD that never reaches its averaging step)."""
+CALIBRATION_ARGUMENTS = ["--epochs", "1"]
+"""What the calibration launch adds to the example's arguments (the last --epochs wins): one epoch."""
+CALIBRATION_LOG_EVERY = 5
 
 
 def add_parser(subparsers) -> None:
@@ -43,7 +57,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--compare-ddp", action="store_true", help="also run torch DistributedDataParallel (gloo)")
     parser.add_argument("--epochs", type=positive, help="epochs per run (default: the example's)")
     parser.add_argument("--data", help="the example's task: digits or mnist1d (torch, tf, jax)")
-    parser.add_argument("--target", type=float, default=0.9, help="validation accuracy for the time-to-target column")
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=0.9,
+        help="validation accuracy of the consensus model for the time-to-target column",
+    )
     parser.add_argument(
         "--repeats", type=positive, default=1, help="rounds, each running every strategy in turn; medians reported"
     )
@@ -85,22 +104,76 @@ def plan(framework: Framework, args: argparse.Namespace) -> list[tuple[str, str]
     return runs
 
 
-def describe(framework: Framework, args: argparse.Namespace, settings: list[str]) -> str:
-    straggler = (
-        f"rank {args.workers - 1 if args.straggler_rank is None else args.straggler_rank} {args.straggler:g}x slower "
-        "(it sleeps (factor - 1) x its measured compute before each optimizer step)"
-        if args.straggler
-        else "no straggler"
+def calibrate(
+    framework: Framework, args: argparse.Namespace, settings: list[str], bench_dir: Path, echo: bool
+) -> tuple[float, float]:
+    """One launch of the example with no communication, for one epoch and without a budget: (compute seconds per
+    step of the straggler rank, the fixed sleep per step that makes it ``--straggler`` times slower)."""
+    run_dir = bench_dir / "calibration"
+    config = replace(
+        run_config(args, strategy=CALIBRATION_STRATEGY, run_dir=run_dir, progress=False, label="calibration"),
+        straggler=None,
+        straggler_seconds=None,
+        budget_samples=None,
+        budget_seconds=None,
+        log_every=CALIBRATION_LOG_EVERY,
     )
+    target = python_target(None, framework.module, settings + CALIBRATION_ARGUMENTS)
+    job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile)
+    say(f"calibrating the straggler: {CALIBRATION_STRATEGY} (no exchange), {' '.join(CALIBRATION_ARGUMENTS)}")
+    status = run_job(job, args.grace, log=run_dir / "output.log", echo=echo)
+    if status != 0:
+        raise CLIError(f"the calibration launch failed with exit status {status} (output: {run_dir / 'output.log'})")
+    rank = straggler_rank(args)
+    compute = compute_per_step(read_run(run_dir).get(rank, []))
+    if compute is None:
+        raise CLIError(
+            f"the calibration launch recorded no compute time for rank {rank} ({run_dir}): does the example take a "
+            "step through the FAST worker? Give the sleep directly with --straggler-seconds S"
+        )
+    return compute, calibrated_seconds(args.straggler, compute)
+
+
+def straggler_rank(args: argparse.Namespace) -> int:
+    return args.workers - 1 if args.straggler_rank is None else args.straggler_rank
+
+
+def describe(
+    framework: Framework, args: argparse.Namespace, settings: list[str], calibration: tuple[float, float] | None
+) -> str:
+    rank = straggler_rank(args)
+    if calibration is not None:
+        compute, pause = calibration
+        straggler = (
+            f"Straggler: rank {rank} {args.straggler:g}x slower: a calibration launch ({CALIBRATION_STRATEGY}, "
+            f"which exchanges nothing, {' '.join(CALIBRATION_ARGUMENTS)}) measured its compute at "
+            f"{compute * 1e3:.3f} ms per step (from a step's end to its gradient hook), so in every run below it "
+            "sleeps a fixed "
+            f"({args.straggler:g} - 1) x {compute * 1e3:.3f} = {pause * 1e3:.3f} ms before each optimizer step, "
+            "whatever the strategy."
+        )
+    elif args.straggler_seconds:
+        straggler = (
+            f"Straggler: rank {rank} sleeps a fixed {args.straggler_seconds * 1e3:.3f} ms before each optimizer step, "
+            "whatever the strategy."
+        )
+    else:
+        straggler = "No straggler."
     return (
         f"`{shlex.join(['fast', *sys.argv[1:]])}`\n\n"
-        f"{shlex.join([framework.module, *settings])}, {args.workers} workers on {os.cpu_count()} CPUs, {straggler}, "
-        f"{datetime.date.today()}. Samples/s is the job's: the sum over ranks of each rank's samples over its own "
-        "training time (from the worker's start to the end of its last step, evaluations included). Time to "
-        f"target: the first epoch end at which rank 0's own replica reached {args.target:.0%} validation accuracy. "
-        "Final accuracy: the "
-        "example's test accuracy of the averaged model. kB sent/step and staleness: the FAST worker's counters, "
-        "means over ranks (DDP's gloo traffic is not counted). One launch per row and round, one after the other"
+        f"{shlex.join([framework.module, *settings])}, {args.workers} workers on {os.cpu_count()} CPUs, "
+        f"{datetime.date.today()}. {straggler}\n\n"
+        "Job wall-clock: seconds from the job's common start (the FAST worker's collective start, the earliest "
+        "rank's) to the moment the last rank ended its last step. Job samples/s: the samples all ranks trained, "
+        "summed, over that job wall-clock. vs: job samples/s over the baseline's. Per-rank samples/s (mean): the "
+        "mean over ranks of each rank's samples over its own training time (its start to the end of its last step); "
+        "not the job's throughput. Time to target: seconds from the common start to the first evaluation of the "
+        f"consensus model (the average of all ranks' models, from the example's \"{CONSENSUS}\" records) at "
+        f"{args.target:.0%} validation accuracy or more; a run without such records falls back to rank 0's own "
+        "replica at its epoch ends, marked. Final test accuracy: the example's test accuracy of the averaged model "
+        "after training (rank 0's \"result\" record). kB sent/step and staleness: the FAST worker's counters, means "
+        "over ranks (DDP's gloo traffic is not counted). Times include the epochs' evaluations. One launch per row "
+        "and round, one after the other"
         + (f"; medians over {args.repeats} rounds that run every row in turn." if args.repeats > 1 else ".")
     )
 
@@ -117,6 +190,15 @@ def main(args: argparse.Namespace) -> int:
     warn_if_oversubscribed(args.workers, args.hostfile)
     say(f"{len(runs)} runs x {args.repeats} of {framework.module} on {args.workers} workers; results in {bench_dir}")
     write_run_file(bench_dir, **started(args), framework=framework.name, runs=[label for label, _ in runs])
+    calibration = None
+    if args.straggler is not None and args.straggler > 1:
+        calibration = calibrate(framework, args, settings, bench_dir, echo=args.verbose)
+        compute, pause = calibration
+        say(
+            f"rank {straggler_rank(args)} computes {compute * 1e3:.3f} ms per step: it sleeps {pause * 1e3:.3f} ms "
+            "per step in every run"
+        )
+        write_run_file(bench_dir, calibrated_compute_seconds=compute, straggler_seconds=pause)
     records: dict[str, Records] = {}  # the first round's, for the figures
     measured: dict[str, list[Row]] = {label: [] for label, _ in runs}
     for round_ in range(1, args.repeats + 1):
@@ -125,6 +207,8 @@ def main(args: argparse.Namespace) -> int:
             run_dir = bench_dir / slug(label) / (f"round{round_}" if args.repeats > 1 else "")
             strategy = label if mode != DDP else None
             config = run_config(args, strategy=strategy, run_dir=run_dir, progress=shown, label=label)
+            if calibration is not None:
+                config = fixed_straggler(config, calibration[1])
             variables = launch_variables(config)
             target = python_target(None, framework.module, settings + (["--ddp"] if mode == DDP else []))
             job = Job(target, args.workers, variables, args.mpiexec, args.hostfile)
@@ -146,23 +230,31 @@ def main(args: argparse.Namespace) -> int:
         compare(list(each_round))
     table = markdown(rows, baseline, args.target)
     straggling = f", one rank {args.straggler:g}x slower" if args.straggler else ""
+    if args.straggler_seconds:
+        straggling = f", one rank {args.straggler_seconds * 1e3:g} ms slower per step"
     title = f"{framework.name}, {args.workers} workers{straggling}"
-    text = f"# fast bench: {title}\n\n{describe(framework, args, settings)}\n\n{table}\n"
+    text = f"# fast bench: {title}\n\n{describe(framework, args, settings, calibration)}\n\n{table}\n"
     (bench_dir / "results.md").write_text(text, encoding="utf-8")
     write_csv(rows, bench_dir / "results.csv")
     if args.repeats > 1:
         write_csv([row for label in measured for row in measured[label]], bench_dir / "rounds.csv")
-    rounds = f" (curves: round 1; samples/s: medians of {args.repeats} rounds)" if args.repeats > 1 else ""
+    rounds = f" (curves: round 1; job samples/s: medians of {args.repeats} rounds)" if args.repeats > 1 else ""
     figures = plot(records, rows, bench_dir, title + rounds)
     print(table)
     say(f"wrote {bench_dir / 'results.md'}, results.csv, {', '.join(p.name for p in figures)}")
     return 0
 
 
+def fixed_straggler(config: RunConfig, seconds: float) -> RunConfig:
+    """``config`` with the calibrated fixed straggler in place of the relative one (same rank)."""
+    return replace(config, straggler=None, straggler_seconds=seconds)
+
+
 def _brief(row: Row) -> str:
-    speed = "?" if row.samples_per_second is None else f"{row.samples_per_second:.0f}"
+    wall = "?" if row.job_seconds is None else f"{row.job_seconds:.2f}"
+    speed = "?" if row.job_samples_per_second is None else f"{row.job_samples_per_second:.0f}"
     accuracy = "?" if row.final_accuracy is None else f"{row.final_accuracy:.4f}"
-    return f"{speed} samples/s, final test accuracy {accuracy}"
+    return f"job wall-clock {wall} s, {speed} job samples/s, final test accuracy {accuracy}"
 
 
 def _tail(path: Path, lines: int = 30) -> str:

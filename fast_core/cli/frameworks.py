@@ -8,7 +8,12 @@ What an example must do to be benched (fast_examples.numpy_digits and .torch_mni
 - call ``worker.record(loss=..., samples=...)`` once per step, ``worker.record_epoch(val_accuracy=..., loss=...)``
   at each epoch end (after ``worker.consensus_distance()``, so the record carries it), and
   ``worker.record_result(test_accuracy=...)`` at the end;
-- for ``--compare-ddp`` (``ddp=True``): accept ``--ddp`` and train with the framework's own data-parallel baseline.
+- for ``--compare-ddp`` (``ddp=True``): accept ``--ddp`` and train with the framework's own data-parallel baseline;
+- for the time-to-target column, on rank 0: records of kind "consensus" with ``time`` (seconds since the common
+  start) and ``val_accuracy`` of the averaged model (without them the table falls back to rank 0's own epoch
+  records and marks it);
+- for ``--straggler F``'s calibration: take its steps through the FAST worker (its records then carry the compute
+  time) and honour ``--epochs 1``.
 """
 
 from __future__ import annotations

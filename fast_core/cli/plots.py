@@ -1,8 +1,10 @@
 """`fast bench`'s figures, from rank 0's records of each run (matplotlib, Agg backend: no display needed).
 
 loss.png: rank 0's training loss (each record's mean over its steps, then a running mean over 5 records; the epochs'
-loss where an example records none per step) against steps and against seconds.
-accuracy.png: validation accuracy at each epoch end against seconds, and the job's samples/s per run.
+loss where an example records none per step) against steps and against seconds since the common start.
+accuracy.png: validation accuracy of the consensus (averaged) model against seconds since the common start, from
+the example's "consensus" records (a run without them: rank 0's own replica at its epoch ends, dashed and named so
+in the legend), and each run's job samples/s (all ranks' samples over the job wall-clock), as in the table.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .summary import Records, Row
+from .summary import CONSENSUS, Records, Row, accuracy_curve
 
 
 def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list[float], list[float], list[float]]:
@@ -48,7 +50,7 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
         by_step.plot(steps, loss, label=label, color=colours[label], linewidth=1.4)
         by_time.plot(seconds, loss, label=label, color=colours[label], linewidth=1.4)
     by_step.set_xlabel("step")
-    by_time.set_xlabel("seconds since training started")
+    by_time.set_xlabel("seconds since the common start")
     for ax in (by_step, by_time):
         ax.set_ylabel("training loss (rank 0, running mean)")
         ax.set_yscale("log")
@@ -61,23 +63,39 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
     plt.close(fig)
 
     fig, (accuracy, speed) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    models = set()
     for label, ranks in runs.items():
-        _, seconds, values = _series(ranks.get(0, []), "epoch", "val_accuracy")
-        accuracy.plot(seconds, values, marker="o", markersize=3, label=label, color=colours[label], linewidth=1.4)
-    accuracy.set_xlabel("seconds since training started")
-    accuracy.set_ylabel("validation accuracy at epoch ends (rank 0)")
+        curve, model = accuracy_curve(ranks)
+        seconds, values, consensus = [r["time"] for r in curve], [r["val_accuracy"] for r in curve], model == CONSENSUS
+        models.add(model)
+        accuracy.plot(
+            seconds,
+            values,
+            marker="o",
+            markersize=3,
+            label=label if consensus else f"{label} (rank 0's replica)",
+            color=colours[label],
+            linewidth=1.4,
+            linestyle="-" if consensus else "--",
+        )
+    accuracy.set_xlabel("seconds since the common start")
+    accuracy.set_ylabel(
+        "val. accuracy, consensus model" + ("" if models == {CONSENSUS} else " (dashed: rank 0's replica)")
+        if CONSENSUS in models
+        else "val. accuracy of rank 0's replica (no consensus records)"
+    )
     accuracy.grid(True, alpha=0.3)
     accuracy.legend(title="strategy", loc="lower right")
-    measured = [r for r in rows if r.samples_per_second is not None]
+    measured = [r for r in rows if r.job_samples_per_second is not None]
     speed.barh(
         [r.label for r in measured],
-        [r.samples_per_second for r in measured],
-        color=[colours[r.label] for r in measured],
+        [r.job_samples_per_second for r in measured],
+        color=[colours.get(r.label, "C0") for r in measured],
     )
     for index, row in enumerate(measured):
-        speed.text(row.samples_per_second, index, f" {row.samples_per_second:.0f}", va="center", fontsize=9)
+        speed.text(row.job_samples_per_second, index, f" {row.job_samples_per_second:.0f}", va="center", fontsize=9)
     speed.invert_yaxis()
-    speed.set_xlabel("samples/s (all ranks)")
+    speed.set_xlabel("job samples/s (all ranks' samples / job wall-clock)")
     speed.margins(x=0.2)
     speed.grid(True, axis="x", alpha=0.3)
     fig.suptitle(title)

@@ -33,11 +33,19 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
         default=os.cpu_count() or 1,
         help="number of workers (MPI ranks); default: the number of CPUs",
     )
-    parser.add_argument(
+    straggler = parser.add_mutually_exclusive_group()
+    straggler.add_argument(
         "--straggler",
         type=float,
         metavar="FACTOR",
-        help="make one rank FACTOR times slower: it sleeps (FACTOR-1) x its measured compute before each step",
+        help="make one rank FACTOR times slower: it sleeps (FACTOR-1) x its measured compute before each step "
+        "(fast bench: (FACTOR-1) x the compute per step it calibrates first, the same seconds in every run)",
+    )
+    straggler.add_argument(
+        "--straggler-seconds",
+        type=float,
+        metavar="S",
+        help="make one rank slower by a fixed S seconds per step, whatever the strategy (FAST_STRAGGLER_SECONDS)",
     )
     parser.add_argument("--straggler-rank", type=int, metavar="R", help="which rank straggles (default: the last)")
     parser.add_argument("--run-dir", type=Path, help="where records go (default: runs/<date>-<time>-<name>)")
@@ -90,12 +98,15 @@ def run_config(
     args: argparse.Namespace, *, strategy: str | None, run_dir: Path, progress: bool, label: str
 ) -> RunConfig:
     """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options."""
-    if args.straggler is None and args.straggler_rank is not None:
-        raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower)")
-    if args.straggler is not None and args.straggler < 1:
+    fixed = args.straggler_seconds
+    if args.straggler is None and fixed is None and args.straggler_rank is not None:
+        raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower) or --straggler-seconds S")
+    if args.straggler is not None and not 1 <= args.straggler < math.inf:
         raise CLIError(f"--straggler {args.straggler:g}: the factor is how many times slower, >= 1 (e.g. 3)")
+    if fixed is not None and not 0 <= fixed < math.inf:
+        raise CLIError(f"--straggler-seconds {fixed:g}: give the seconds slept per step, >= 0 (e.g. 0.01)")
     rank = None
-    if args.straggler is not None:
+    if args.straggler is not None or fixed is not None:
         rank = args.workers - 1 if args.straggler_rank is None else args.straggler_rank
         if not 0 <= rank < args.workers:
             raise CLIError(f"--straggler-rank {rank} is not a rank of {args.workers} workers (0..{args.workers - 1})")
@@ -112,6 +123,7 @@ def run_config(
         topology=getattr(args, "topology", None) or outer.topology,
         straggler=args.straggler,
         straggler_rank=rank,
+        straggler_seconds=fixed,
         run_dir=run_dir.resolve(),
         log_every=args.log_every,
         progress=progress,
@@ -140,7 +152,13 @@ def write_run_file(run_dir: Path, **fields: object) -> None:
 
 def started(args: argparse.Namespace) -> dict[str, object]:
     """What run.json says of every launch: the command line, the workers, the straggler, the start time."""
-    return {"command": sys.argv, "workers": args.workers, "straggler": args.straggler, "started": time.time()}
+    return {
+        "command": sys.argv,
+        "workers": args.workers,
+        "straggler": args.straggler,
+        "straggler_seconds": args.straggler_seconds,
+        "started": time.time(),
+    }
 
 
 def main(args: argparse.Namespace) -> int:
@@ -156,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
     job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile)
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
-    straggling = f", rank {config.straggler_rank} {args.straggler:g}x slower" if args.straggler else ""
+    straggling = straggler_text(config)
     say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}; records in {run_dir}")
     write_run_file(
         run_dir,
@@ -173,6 +191,15 @@ def main(args: argparse.Namespace) -> int:
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
     return status
+
+
+def straggler_text(config: RunConfig) -> str:
+    """The simulated straggler, as the launch line says it ("" without one)."""
+    if config.straggler_seconds:
+        return f", rank {config.straggler_rank} sleeps {config.straggler_seconds:g} s per step"
+    if config.straggler and config.straggler != 1:
+        return f", rank {config.straggler_rank} {config.straggler:g}x slower"
+    return ""
 
 
 def _budget_text(config: RunConfig) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from fast_cli import bench
+from fast_cli import bench, check_job_figures
 
 from fast_core.runlog import read_run
 
@@ -18,8 +18,9 @@ def test_bench_jax_runs_the_example_per_strategy_and_tables_its_records(tmp_path
     assert list(rows) == ["allreduce", "async"] and [row["mode"] for row in rows.values()] == ["sync", "async"]
     for label, row in rows.items():
         assert int(row["steps"]) == 80  # 2 epochs of 640 samples per rank (drop_last), batch 16
-        assert float(row["samples_per_second"]) > 0 and float(row["final_accuracy"]) > 0.9
+        assert float(row["job_samples_per_second"]) > 0 and float(row["final_accuracy"]) > 0.9
         assert row["seconds_to_target"] != ""  # 90% validation accuracy within two epochs
+        check_job_figures(row, read_run(bench_dir / label))
         records = read_run(bench_dir / label)[0]
         losses = [r["loss"] for r in records if r["kind"] == "step"]
         assert len(losses) == 8 and losses[-1] < losses[0]  # a record every 10 steps, the loss falling

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from fast_cli import bench
+from fast_cli import bench, check_job_figures
 
 from fast_core.runlog import read_run
 
@@ -20,7 +20,8 @@ def test_bench_tf_runs_the_keras_example_per_strategy_and_tables_its_records(tmp
     assert list(rows) == ["allreduce", "async"] and [row["mode"] for row in rows.values()] == ["sync", "async"]
     assert rows["allreduce"]["steps"] == rows["async"]["steps"]  # the same shards and batches
     for label, row in rows.items():
-        assert float(row["samples_per_second"]) > 0 and float(row["final_accuracy"]) > 0.85
+        assert float(row["job_samples_per_second"]) > 0 and float(row["final_accuracy"]) > 0.85
+        check_job_figures(row, read_run(bench_dir / label))
         records = read_run(bench_dir / label)[0]
         steps = int(row["steps"])
         closed = next(r for r in records if r["kind"] == "close")

@@ -1,6 +1,7 @@
 """`fast bench --framework torch` end to end: fast_torch strategies and torch DistributedDataParallel, 2 ranks.
 
-Three mpiexec launches (each pays the torch import on both ranks), one epoch each, on the 8x8 digits.
+Four mpiexec launches (each pays the torch import on both ranks), one epoch each, on the 8x8 digits: the
+straggler's calibration, then three runs in which it sleeps the same calibrated seconds per step, DDP included.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from fast_cli import bench
+from fast_cli import bench, check_fixed_straggler, check_job_figures
 
 from fast_core.runlog import read_run
 
@@ -17,15 +18,18 @@ from fast_core.runlog import read_run
 @pytest.mark.mpi
 def test_bench_torch_compares_strategies_with_ddp(tmp_path: Path) -> None:
     bench_dir = tmp_path / "bench"
-    options = "--framework torch -n 2 --strategies allreduce,async --epochs 1 --compare-ddp --data digits"
-    _, rows = bench(bench_dir, *options.split())
+    options = "--framework torch -n 2 --strategies allreduce,async --epochs 1 --compare-ddp --data digits --straggler 2"
+    _, rows = bench(bench_dir, *options.split(), timeout=360)
     assert list(rows) == ["allreduce", "async", "DDP"]
     assert [rows[label]["mode"] for label in rows] == ["sync", "async", "DDP"]
     assert float(rows["DDP"]["vs_baseline"]) == 1.0  # DDP is the baseline when it ran
     assert rows["DDP"]["bytes_sent_per_step"] == ""  # gloo's traffic is not the FAST worker's to count
-    for row in rows.values():
-        assert float(row["samples_per_second"]) > 0 and int(row["steps"]) == 40  # 640 samples per rank, batch 16
+    for label, row in rows.items():
+        assert float(row["job_samples_per_second"]) > 0 and int(row["steps"]) == 40  # 640 samples per rank, batch 16
         assert float(row["final_accuracy"]) > 0.5
+        check_job_figures(row, read_run(bench_dir / label))
+    # a fair straggler: DDP (whose all-reduce runs inside backward) sleeps the same seconds per step as the others
+    check_fixed_straggler(bench_dir, list(rows), rank=1)
 
     # DDP and fast_torch's all-reduce run the same model, data, order and steps: the same training, up to rounding
     loss = {label: [r["loss"] for r in read_run(bench_dir / label)[0] if r["kind"] == "step"] for label in rows}
