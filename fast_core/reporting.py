@@ -66,8 +66,8 @@ class Reporter(Observer):
         if kind == "epoch":
             self._epochs += 1
             self._emit(worker, "epoch", {"epoch": self._epochs, **values})
-        elif kind == "result":
-            self._emit(worker, "result", values)
+        elif kind in ("result", "consensus"):
+            self._emit(worker, kind, values)
         else:
             self._add(values)
 
