@@ -49,7 +49,7 @@ from fast_core.config import environment
 from fast_core.datasets import TASKS, Task, example_task
 from fast_core.reporting import epoch_summary
 from fast_core.snapshots import FOLDER as SNAPSHOTS
-from fast_core.snapshots import Snapshots, record_consensus_curve
+from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -190,8 +190,7 @@ def train(
             f"steps per rank {steps.tolist()}"
         )
         if curve:
-            points = ", ".join(f"{seconds:.1f} s {value:.3f}" for seconds, value in curve)
-            print(f"consensus model's validation accuracy since the common start: {points}")
+            print(curve_text(curve))
     return test_accuracy
 
 

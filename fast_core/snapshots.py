@@ -192,3 +192,13 @@ def record_consensus_curve(
     if not keep:
         shutil.rmtree(snapshots.folder, ignore_errors=True)
     return curve
+
+
+def curve_text(curve: Curve, name: str = "validation accuracy") -> str:
+    """One line for a script's output: the consensus curve's start, best and final values."""
+    (start, first), (stop, final) = curve[0], curve[-1]
+    best_time, best = max(curve, key=lambda point: point[1])
+    return (
+        f"consensus model's {name} over {len(curve)} points ({start:.1f} s to {stop:.1f} s since the common start): "
+        f"{first:.4f} at the start, best {best:.4f} at {best_time:.1f} s, {final:.4f} at the job's stop"
+    )
