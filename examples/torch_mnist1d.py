@@ -42,7 +42,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
-import fast_core
 import fast_torch as fast
 from fast_core import Budget, Strategy
 from fast_core.config import environment
@@ -136,7 +135,7 @@ def train(
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
         snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
     step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
-    restarts = collective_passes(worker, global_epoch, batch_size)
+    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
         print(
             f"{engine.size} workers, strategy {'DDP (gloo)' if ddp else worker.strategy}, {task.name}: "
@@ -192,22 +191,6 @@ def train(
         if curve:
             print(curve_text(curve))
     return test_accuracy
-
-
-def collective_passes(worker: fast_core.Worker, global_epoch: int, batch_size: int) -> int | None:
-    """After how many of its passes a rank may still call the per-epoch collectives (``end_epoch``): None for a
-    lockstep strategy (after every pass: all ranks run the same steps); for an asynchronous one, the passes every
-    rank finishes before the budget is spent whatever the ranks' speeds. While a rank waits in the collective after
-    pass k, the job has trained at most k global epochs plus each rank's reserved batch (two batches per rank
-    leave room for a partial grant), so with a sample budget B that holds for k <= (B - 2 * size * batch) /
-    global_epoch; none under a seconds budget."""
-    if worker.strategy.lockstep:
-        return None
-    budget = worker.budget
-    if budget is None or budget.samples is None:
-        return 0
-    reserved = 2 * budget.ahead * worker.size * batch_size
-    return max(0, (budget.samples - reserved) // global_epoch)
 
 
 def _budget_text(budget: Budget | None, global_epoch: int) -> str:
