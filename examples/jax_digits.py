@@ -5,11 +5,22 @@
 Each rank trains on its own shard (``fast.shard``). ``fast.distributed`` wraps the jitted step: for strategies
 that exchange parameters it wraps ``train_step(params, opt_state, batch)`` as is; for those that exchange
 gradients (all-reduce, FAST) it wraps ``grad_step(params, batch)`` and applies the gradient through the optax
-optimizer itself. At each epoch end every rank scores its replica on the same held-out validation set (FAST
-restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the mean loss
-of all ranks and their consensus distance (both collectives, so asynchronous strategies report rank 0's own loss
-instead, not to wait for the slowest rank); at the end, the test accuracy of the averaged model. Under ``fast run``
-the worker also records loss and samples per step and each replica's validation accuracy per epoch.
+optimizer itself.
+
+``--epochs E`` is a shared work budget of E global epochs: E times the samples of all shards together
+(``fast_core.Budget``; ``fast run --budget-samples N`` or ``--budget-seconds S`` replaces it). Every rank claims
+each batch (``step.worker.claim_batch``) and keeps drawing batches from its shard, reshuffled at each pass, until
+the job's budget is spent: a faster rank trains more of it under an asynchronous strategy, every rank runs the same
+E passes under a synchronous one. An "epoch" in the logs is one pass of this rank over its shard: the rank scores
+its replica on the same held-out validation set, and rank 0 reports the mean loss of all ranks and their consensus
+distance (both collectives, so only under synchronous strategies; asynchronous ones report rank 0's own loss, not to
+wait for the slowest rank). FAST's restart from the best replica (``step.end_epoch``, a collective) runs after every
+pass under a synchronous strategy, and under an asynchronous one only after the passes every rank is sure to finish
+(``Worker.collective_passes``: the first E - 1 of E global epochs), where the faster ranks wait as in the paper. At
+the end, the test accuracy of the averaged (consensus) model. Under ``fast run`` the worker also records loss and
+samples per step and each replica's validation accuracy per epoch, each rank saves its parameters every
+``--snapshot-every`` seconds, and rank 0 records the consensus model's validation accuracy over time (records of
+kind "consensus", ``fast_core.snapshots``).
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -17,6 +28,7 @@ The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train
 from __future__ import annotations
 
 import argparse
+import itertools
 from functools import lru_cache
 
 import jax
@@ -25,9 +37,12 @@ import numpy as np
 import optax
 
 import fast_jax as fast
-from fast_core import Strategy, make_strategy
+from fast_core import Budget, Strategy, make_strategy
+from fast_core.config import environment
 from fast_core.datasets import TASKS, Task, batches, example_task
 from fast_core.reporting import epoch_summary
+from fast_core.snapshots import FOLDER as SNAPSHOTS
+from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
 from fast_core.strategies.spec import strategy_from_environment
 
 Params = dict[str, dict[str, jax.Array]]
@@ -102,49 +117,83 @@ def train(
     lr: float = 0.05,
     seed: int = 0,
     verbose: bool = True,
+    snapshot_every: float = 0.1,
 ) -> float:
-    """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy."""
+    """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy.
+
+    ``epochs``: global epochs, the job's shared budget (ignored when ``fast run`` gives one). ``snapshot_every``:
+    seconds between the parameter snapshots of the consensus curve (under ``fast run`` only)."""
     engine = fast.init()
     task = load_data(data, seed)
     x, y = fast.shard(*task.train, seed=seed, drop_last=True)
+    global_epoch = len(y) // batch_size * batch_size * engine.size  # the samples one pass of every rank trains
+    config = environment()
+    budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     optimizer, train_step, grad_step = make_steps(lr)
     strategy = make_strategy(strategy)
     if strategy.uses_gradients:  # all-reduce averages gradients, FAST applies its neighbours' with the optimizer
-        step = fast.distributed(grad_step, strategy, optimizer=optimizer)
+        step = fast.distributed(grad_step, strategy, optimizer=optimizer, budget=budget)
     else:
-        step = fast.distributed(train_step, strategy)
+        step = fast.distributed(train_step, strategy, budget=budget)
     params = build_model(task, seed)
-    opt_state = optimizer.init(params)
+    params, opt_state = step.start(params, optimizer.init(params))  # collective: rank 0's start everywhere
+    worker = step.worker
+    snapshots = None
+    if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
+        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
+    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
         print(
             f"{engine.size} workers, strategy {strategy}, {task.name}: {len(y) // batch_size * batch_size} training "
             f"samples each, {len(task.validation[1])} for validation, {len(task.test[1])} for testing"
         )
-    for epoch in range(epochs):
-        losses = []
+    for epoch in itertools.count():  # this rank's passes over its shard, until the job's budget is spent
+        losses, spent = [], False
         for batch in batches(x, y, batch_size, epoch, seed):
+            n = worker.claim_batch(len(batch[1]))  # the whole batch, fewer on the job's last grant, 0 once spent
+            if n == 0:
+                spent = True
+                break
+            if n < len(batch[1]):
+                batch = (batch[0][:n], batch[1][:n])
             params, opt_state, loss = step(params, opt_state, batch)
             losses.append(loss)
-            if step.worker.reporting:  # under `fast run`: float() waits for the step, so only then
-                step.worker.record(loss=float(loss), samples=len(batch[1]))
-        worker = step.worker
-        # mean over ranks and consensus distance if synchronous, before FAST's restart makes the distance 0
-        mean_loss, spread = epoch_summary(worker, float(jnp.mean(jnp.stack(losses))))
-        val_accuracy = accuracy(params, task.validation)
-        worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
-        params, opt_state = step.end_epoch(params, opt_state, val_accuracy)
-        if verbose and engine.rank == 0:
-            spread_text = "n/a" if spread is None else f"{spread:.2e}"
-            print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
-    metrics = step.worker.metrics.as_dict()
-    params = fast.average(params, step=step)  # closes the step's worker first: no message is left in flight
+            if worker.reporting:  # under `fast run`: float() waits for the step, so only then
+                worker.record(loss=float(loss), samples=n)
+        if losses:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
+            # mean over ranks and consensus distance if synchronous, before FAST's restart makes the distance 0
+            mean_loss, spread = epoch_summary(worker, float(jnp.mean(jnp.stack(losses))))
+            val_accuracy = accuracy(params, task.validation)
+            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+            if restarts is None or epoch < restarts:
+                params, opt_state = step.end_epoch(params, opt_state, val_accuracy)
+            if verbose and engine.rank == 0:
+                spread_text = "n/a" if spread is None else f"{spread:.2e}"
+                print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
+        if spent:
+            break
+    params = fast.average(params, step=step)  # closes the step's worker first (its last messages land), then averages
+    metrics = worker.metrics.as_dict()
     test_accuracy = accuracy(params, task.test)
-    step.worker.record_result(test_accuracy=test_accuracy)
+    worker.record_result(test_accuracy=test_accuracy)
+    curve = []
+    if snapshots is not None:
+        curve = record_consensus_curve(worker, snapshots, lambda: accuracy(step.model.params_tree(), task.validation))
+    steps = np.zeros(engine.size, dtype=np.int64)
+    steps[engine.rank] = worker.step
+    engine.allreduce(steps)  # every rank's steps (after close, so no rank waits mid-training)
     if verbose and engine.rank == 0:
         print(
             f"test accuracy of the averaged model: {test_accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
+        print(
+            f"budget spent: {metrics['job_samples']} samples trained by the job "
+            f"({metrics['job_samples'] / global_epoch:.2f} global epochs), {metrics['samples']} of them by rank 0; "
+            f"steps per rank {steps.tolist()}"
+        )
+        if curve:
+            print(curve_text(curve))
     return test_accuracy
 
 
@@ -154,9 +203,14 @@ def main() -> None:
         "--strategy", help="e.g. allreduce, dpsgd:ring, async:torus, fast:torus (default: fast run's, else dpsgd:ring)"
     )
     parser.add_argument("--data", choices=TASKS, default="digits", help="the task (both made locally, no download)")
-    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument(
+        "--epochs", type=int, default=15, help="global epochs: the job's budget, E times the whole training set"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
+    parser.add_argument(
+        "--snapshot-every", type=float, default=0.1, help="seconds between snapshots of the consensus curve (fast run)"
+    )
     args = parser.parse_args()
     train(
         args.strategy or strategy_from_environment(default="dpsgd:ring"),
@@ -164,6 +218,7 @@ def main() -> None:
         args.epochs,
         args.batch_size,
         args.lr,
+        snapshot_every=args.snapshot_every,
     )
 
 

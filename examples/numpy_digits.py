@@ -7,11 +7,17 @@ the mean loss of all ranks, their consensus distance (both collectives, so async
 own loss instead, not to wait for the slowest rank), and the test accuracy of the averaged model. Under ``fast run``
 the worker also records loss and samples per step and each replica's validation accuracy per epoch.
 
-With a shared work budget (``fast run --budget-samples N`` or ``--budget-seconds S``) ``--epochs`` is ignored: each
-rank keeps drawing batches from its shard, reshuffled every pass, until ``worker.claim_batch`` says the job's budget
-is spent, so under an asynchronous strategy a faster rank trains more of it:
+``--epochs E`` is a shared work budget of E global epochs: E times the samples of all shards together
+(``fast_core.Budget``; ``fast run --budget-samples N`` or ``--budget-seconds S`` replaces it). Each rank keeps
+drawing batches from its shard, reshuffled every pass, until ``worker.claim_batch`` says the job's budget is spent,
+so under an asynchronous strategy a faster rank trains more of it, and under a synchronous one every rank runs the
+same E passes. An "epoch" in the logs is one pass of this rank over its shard:
 
     fast run -n 4 --strategy async:ring --straggler 3 --budget-samples 20000 -m fast_examples.numpy_digits
+
+At the end every rank closes its worker and the test accuracy is the averaged (consensus) model's. Under ``fast
+run`` each rank also saves its parameters every ``--snapshot-every`` seconds and rank 0 records the consensus
+model's validation accuracy over time (records of kind "consensus", ``fast_core.snapshots``).
 """
 
 from __future__ import annotations
@@ -22,9 +28,13 @@ import itertools
 import numpy as np
 
 import fast_core
+from fast_core import Budget
+from fast_core.config import environment
 from fast_core.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.reporting import epoch_summary
+from fast_core.snapshots import FOLDER as SNAPSHOTS
+from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
 from fast_core.strategies.spec import strategy_from_environment
 
 
@@ -33,9 +43,12 @@ def main() -> None:
     parser.add_argument(
         "--strategy", help="e.g. allreduce, dpsgd:ring, dpsgd:exp1 (default: fast run's, else dpsgd:ring)"
     )
-    parser.add_argument("--epochs", type=int, default=20, help="passes over each shard (without a budget)")
+    parser.add_argument("--epochs", type=int, default=20, help="global epochs: the job's budget (E x the training set)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument(
+        "--snapshot-every", type=float, default=0.05, help="seconds between snapshots of the consensus curve (fast run)"
+    )
     args = parser.parse_args()
 
     engine = fast_core.init()
@@ -44,14 +57,19 @@ def main() -> None:
     x_train, y_train, x_val, y_val = train_test_split(x_train, y_train, test_fraction=0.1, seed=1)
     mine = shard_indices(len(y_train), engine.rank, engine.size, seed=0, drop_last=True)
     x_train, y_train = x_train[mine], y_train[mine]
+    global_epoch = len(y_train) // args.batch_size * args.batch_size * engine.size  # one pass of every rank
 
+    config = environment()
+    budget = None if Budget.from_config(config) is not None else Budget(samples=args.epochs * global_epoch)
     model = SoftmaxRegression(x.shape[1], 10, optimizer=SGD(args.lr), seed=engine.rank)
     strategy = args.strategy or strategy_from_environment(default="dpsgd:ring")
-    worker = fast_core.Worker(model, strategy, engine).start()
+    worker = fast_core.Worker(model, strategy, engine, budget=budget).start()
+    snapshots = None
+    if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
+        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, args.snapshot_every)
     if engine.rank == 0:
         print(f"{engine.size} workers, strategy {worker.strategy}, {len(y_train)} training digits each")
-    epochs = range(args.epochs) if worker.budget is None else itertools.count()  # a budget: passes until spent
-    for epoch in epochs:
+    for epoch in itertools.count():  # this rank's passes over its shard, until the job's budget is spent
         losses, spent = [], False
         for xb, yb in batches(x_train, y_train, args.batch_size, epoch=epoch, seed=engine.rank):
             n = worker.claim_batch(len(yb))  # the whole batch, fewer on the budget's last grant, 0 once it is spent
@@ -66,14 +84,17 @@ def main() -> None:
         if losses:  # (lockstep ranks stop at the same step, so they all skip an empty last pass alike)
             loss, spread = epoch_summary(worker, float(np.mean(losses)))  # mean over ranks if synchronous
             worker.record_epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
-            if engine.rank == 0 and (epoch % 5 == 4 or epoch == args.epochs - 1 or spent):
+            if engine.rank == 0 and (epoch % 5 == 4 or spent):
                 spread_text = "n/a" if spread is None else f"{spread:.2e}"
                 print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
         if spent:
             break
-    worker.close()
+    worker.close()  # the last messages land; then the consensus model, the average of all ranks' models
     accuracy = model.accuracy(x_test, y_test, worker.average_params())
     worker.record_result(test_accuracy=accuracy)
+    curve = []
+    if snapshots is not None:
+        curve = record_consensus_curve(worker, snapshots, lambda: model.accuracy(x_val, y_val))
     metrics = worker.metrics.as_dict()
     steps = np.zeros(engine.size, dtype=np.int64)
     steps[engine.rank] = worker.step
@@ -83,12 +104,13 @@ def main() -> None:
             f"test accuracy of the averaged model: {accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
-        if worker.budget is not None:
-            print(
-                f"budget spent: {metrics['job_samples']} samples trained by the job "
-                f"({metrics['job_samples'] / (len(y_train) * engine.size):.2f} global epochs), "
-                f"{metrics['samples']} of them by rank 0; steps per rank {steps.tolist()}"
-            )
+        print(
+            f"budget spent: {metrics['job_samples']} samples trained by the job "
+            f"({metrics['job_samples'] / global_epoch:.2f} global epochs), "
+            f"{metrics['samples']} of them by rank 0; steps per rank {steps.tolist()}"
+        )
+        if curve:
+            print(curve_text(curve))
 
 
 if __name__ == "__main__":

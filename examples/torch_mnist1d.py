@@ -3,12 +3,30 @@
     OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py examples/torch_mnist1d.py --strategy dpsgd:ring [--data digits]
 
 Each rank trains on its own shard (``fast.shard``); ``fast.DistributedOptimizer`` runs the strategy around the
-optimizer's own step. At each epoch end every rank scores its replica on the same held-out validation set (FAST
-restarts all ranks from the best replica then; a no-op for the other strategies) and rank 0 reports the mean loss
-of all ranks and their consensus distance (both collectives, so asynchronous strategies report rank 0's own loss
-instead, not to wait for the slowest rank); at the end, the test accuracy of the averaged model. Under ``fast run``
-the worker also records loss and samples per step and each replica's validation accuracy per epoch; ``--ddp`` trains
-with torch's DistributedDataParallel instead, the baseline of ``fast bench --compare-ddp``.
+optimizer's own step. ``--epochs E`` is a shared work budget of E global epochs: E passes of the whole job over
+the training set, i.e. E times the samples of all shards together (``fast_core.Budget``). Every rank claims each
+batch (``worker.claim_batch``) and keeps drawing batches from its shard, reshuffled at each pass, until the job's
+budget is spent: under a synchronous strategy every rank runs the same E passes; under an asynchronous one a
+faster rank simply trains more of the budget, and all stop together. ``fast run --budget-samples N`` or
+``--budget-seconds S`` replaces ``--epochs``.
+
+An "epoch" in the logs is one pass of this rank over its shard: at its end the rank scores its replica on the
+held-out validation set. The per-epoch collectives (the loss averaged over ranks, the consensus distance, and
+FAST's restart from the best replica through ``worker.end_epoch``) run only where every rank takes part equally:
+after every pass under a synchronous strategy (all ranks run the same steps); under an asynchronous one the loss is
+this rank's own and ``end_epoch`` runs only after the passes every rank is sure to finish before the budget is
+spent (the first E - 1 of E global epochs, none under a seconds budget). So FAST as published (``fast:torus``)
+restarts from the best replica after each of those passes, where the faster ranks wait for the slowest as in the
+paper; the other asynchronous strategies do nothing there and never wait. At the end every rank closes its worker
+(the last messages land) and takes the average of all ranks' models: the consensus model, whose test accuracy is
+reported and which a user would save.
+
+Under ``fast run`` the worker also records loss and samples per step and each replica's validation accuracy per
+epoch, and each rank saves its parameters every ``--snapshot-every`` seconds (``fast_core.snapshots``); after
+training rank 0 averages the snapshots of each moment and records the consensus model's validation accuracy over
+time (records of kind "consensus": ``time`` since the common start, ``val_accuracy``), which ``fast bench`` times
+to its target, without any rank waiting for another during training. ``--ddp`` trains with torch's
+DistributedDataParallel instead, the baseline of ``fast bench --compare-ddp``.
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -16,6 +34,7 @@ The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import numpy as np
 import torch
@@ -24,9 +43,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
 import fast_torch as fast
-from fast_core import Strategy
+from fast_core import Budget, Strategy
+from fast_core.config import environment
 from fast_core.datasets import TASKS, Task, example_task
 from fast_core.reporting import epoch_summary
+from fast_core.snapshots import FOLDER as SNAPSHOTS
+from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -89,56 +111,94 @@ def train(
     seed: int = 0,
     verbose: bool = True,
     ddp: bool = False,
+    snapshot_every: float = 0.2,
 ) -> float:
     """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy.
 
-    ``ddp``: DistributedDataParallel averages the gradients instead, FAST's worker only counts steps and reports."""
+    ``epochs``: global epochs, the job's shared budget (ignored when ``fast run`` gives one). ``ddp``:
+    DistributedDataParallel averages the gradients instead, FAST's worker only counts steps and reports.
+    ``snapshot_every``: seconds between the parameter snapshots of the consensus curve (under ``fast run`` only)."""
     engine = fast.init()
     task, train_set, val_set, test_set = load_data(data, seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
+    global_epoch = len(loader) * batch_size * engine.size  # the samples one pass of every rank over its shard trains
+    config = environment()
+    budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     model = build_model(task, seed)
     if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT come from the environment (fast run sets them)
         dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
-        strategy = Strategy()  # the base Strategy exchanges nothing
-    opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), model, strategy=strategy)
+        strategy = Strategy()  # the base Strategy exchanges nothing (and is lockstep: every rank runs the same steps)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    opt = fast.DistributedOptimizer(optimizer, model, strategy=strategy, budget=budget)
     worker = opt.fast_worker
+    snapshots = None
+    if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
+        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
     step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
+    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
         print(
             f"{engine.size} workers, strategy {'DDP (gloo)' if ddp else worker.strategy}, {task.name}: "
             f"{len(loader) * batch_size} training samples each, {len(val_set[1])} for validation, "
-            f"{len(test_set[1])} for testing"
+            f"{len(test_set[1])} for testing; budget {_budget_text(worker.budget, global_epoch)}"
         )
-    for epoch in range(epochs):
+    for epoch in itertools.count():  # this rank's passes over its shard, until the job's budget is spent
         loader.sampler.set_epoch(epoch)
-        total, batches = 0.0, 0
+        total, batches, spent = 0.0, 0, False
         for images, labels in loader:
+            n = worker.claim_batch(len(labels))  # the whole batch, fewer on the job's last grant, 0 once spent
+            if n == 0:
+                spent = True
+                break
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(step_model(images), labels)
+            loss = torch.nn.functional.cross_entropy(step_model(images[:n]), labels[:n])
             loss.backward()
             opt.step()
             total += loss.item()
             batches += 1
-            worker.record(loss=loss.item(), samples=len(labels))  # fast run's log and progress bar
-        mean_loss, spread = epoch_summary(worker, total / max(batches, 1))  # before FAST's restart makes spread 0
-        val_accuracy = accuracy(model, val_set)
-        worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
-        worker.end_epoch(val_accuracy)  # FAST: every rank restarts from the best replica
-        if verbose and engine.rank == 0:
-            spread_text = "n/a" if spread is None else f"{spread:.2e}"
-            print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
-    fast.average_model(model)  # closes the worker first: no message is left in flight
+            worker.record(loss=loss.item(), samples=n)  # fast run's log and progress bar
+        if batches:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
+            mean_loss, spread = epoch_summary(worker, total / batches)  # collective only if lockstep
+            val_accuracy = accuracy(model, val_set)
+            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+            if restarts is None or epoch < restarts:
+                worker.end_epoch(val_accuracy)  # FAST: every rank restarts from the best replica
+            if verbose and engine.rank == 0:
+                spread_text = "n/a" if spread is None else f"{spread:.2e}"
+                print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
+        if spent:
+            break
+    fast.average_model(model)  # closes the worker first (its last messages land), then the consensus model
     test_accuracy = accuracy(model, test_set)
     worker.record_result(test_accuracy=test_accuracy)
+    curve = record_consensus_curve(worker, snapshots, lambda: accuracy(model, val_set)) if snapshots else []
     if ddp:
         dist.destroy_process_group()
+    steps = np.zeros(engine.size, dtype=np.int64)
+    steps[engine.rank] = worker.step
+    engine.allreduce(steps)  # every rank's steps (after close, so no rank waits mid-training)
     if verbose and engine.rank == 0:
         metrics = worker.metrics.as_dict()
         print(
             f"test accuracy of the averaged model: {test_accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
+        print(
+            f"budget spent: {metrics['job_samples']} samples trained by the job "
+            f"({metrics['job_samples'] / global_epoch:.2f} global epochs), {metrics['samples']} of them by rank 0; "
+            f"steps per rank {steps.tolist()}"
+        )
+        if curve:
+            print(curve_text(curve))
     return test_accuracy
+
+
+def _budget_text(budget: Budget | None, global_epoch: int) -> str:
+    if budget is None:
+        return "none"
+    parts = [f"{budget.samples} samples ({budget.samples / global_epoch:g} global epochs)"] if budget.samples else []
+    parts += [f"{budget.seconds:g} s"] if budget.seconds is not None else []
+    return " or ".join(parts)
 
 
 def main() -> None:
@@ -147,10 +207,15 @@ def main() -> None:
         "--strategy", help="e.g. allreduce, dpsgd:ring, async:torus, fast:torus (default: fast run's, else dpsgd:ring)"
     )
     parser.add_argument("--data", choices=TASKS, default="mnist1d", help="the task (both made locally, no download)")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument(
+        "--epochs", type=int, default=10, help="global epochs: the job's budget, E times the whole training set"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     parser.add_argument("--ddp", action="store_true", help="train with DistributedDataParallel (gloo) instead")
+    parser.add_argument(
+        "--snapshot-every", type=float, default=0.2, help="seconds between snapshots of the consensus curve (fast run)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     train(
@@ -160,6 +225,7 @@ def main() -> None:
         args.batch_size,
         args.lr,
         ddp=args.ddp,
+        snapshot_every=args.snapshot_every,
     )
 
 

@@ -32,7 +32,7 @@ class Observer:
         """The script ended an epoch (evaluation follows or just happened: not compute of a step)."""
 
     def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
-        """The script recorded ``values``: ``kind`` is "step", "epoch" or "result"."""
+        """The script recorded ``values``: ``kind`` is "step", "epoch", "result" or "consensus"."""
 
     def on_close(self, worker: Worker) -> None:
         """The worker closed: no more steps."""

@@ -1,7 +1,7 @@
 """The run folder `fast run` gives a job: one JSON-lines file of records per rank, and how to read them back.
 
-A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result"), ``rank``, ``step``,
-``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
+A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus"), ``rank``,
+``step``, ``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
 ranks through the run configuration (``fast_core.config``), so scripts need no argument parsing.
 """
 

@@ -10,6 +10,7 @@ its observers (reporter, straggler) what happens. It reads no environment variab
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -69,6 +70,9 @@ class Worker:
         self._broadcast_start = broadcast_start
         self._started = False
         self._closed = False
+        self.started_at: float | None = None
+        """``time.monotonic()`` at the end of the collective ``start``: the common origin of wall-clock points
+        (snapshots, "consensus" records), the same moment on every rank up to a message latency."""
         # the shared work budget (fast_core.budget): nothing to pay without one
         self.budget = budget if budget is not None else Budget.from_config(config)
         self.allowance: Allowance | None = None
@@ -105,6 +109,7 @@ class Worker:
         self.strategy.setup(self.context)
         if self.budget is not None:  # collective, like the rest of start
             self.allowance = Allowance(self.budget, self.context.engine, self.strategy.lockstep).start()
+        self.started_at = self.allowance.started if self.allowance is not None else time.monotonic()
         self._started = True
         self._notify("on_start")
         return self
@@ -166,7 +171,13 @@ class Worker:
         self._notify("on_epoch_end")
 
     def close(self) -> None:
-        """Finish pending communication; call once at the end of training on every rank."""
+        """Finish pending communication; call once at the end of training on every rank (collective).
+
+        Asynchronous strategies stop their communication threads once every rank's last messages have landed, so
+        nothing is in flight afterwards; messages that landed unread are dropped (they hold older values of
+        models the ranks still have). The consensus model is the ranks' average after this: the adapters' end
+        (``fast_torch.average_model``, ``fast_tf.Callback(average_at_end=True)``, ``fast_jax.average(step=)``)
+        closes, then averages."""
         if self._started and not self._closed:
             self.strategy.close(self.context)
             if self.allowance is not None:  # collective: the grant service stops, the job's samples are summed
@@ -190,9 +201,26 @@ class Worker:
         self._claim = (self.step, granted)
         return granted
 
+    def collective_passes(self, job_pass: int, batch_size: int) -> int | None:
+        """Under a budget, after how many of its passes over its shard this rank may still call an epoch-end
+        collective (``end_epoch``: FAST's restart) knowing every rank calls it too. ``job_pass``: the samples one
+        pass of every rank trains (a global epoch). None: after every pass (a lockstep strategy: all ranks run the
+        same steps, or no budget). Asynchronous: the passes every rank finishes before the budget is spent, whatever
+        the ranks' speeds; while a rank waits after pass k, the job has trained at most k global epochs plus the
+        batches the ranks reserved (two per rank and ``ahead``), so k <= (samples - that) / job_pass; 0 when the
+        budget has seconds (the ranks' passes when time is up are unknown)."""
+        if self.strategy.lockstep or self.budget is None:
+            return None
+        if self.budget.samples is None or self.budget.seconds is not None:
+            return 0
+        reserved = 2 * self.budget.ahead * self.size * batch_size
+        return max(0, (self.budget.samples - reserved) // job_pass)
+
     # the consensus model ------------------------------------------------------------------------------------------
     def average_params(self) -> np.ndarray:
-        """The mean of all ranks' parameters (one allreduce); every rank must call it."""
+        """The mean of all ranks' parameters (one allreduce), as a new buffer: the model is left as it is, so it
+        also evaluates the consensus model mid-training. Collective: every rank must call it at the same point;
+        under an asynchronous strategy that makes the ranks wait for each other (the slowest sets the pace there)."""
         return collectives.average_params(self.model, self.engine)
 
     def consensus_distance(self) -> float:
@@ -211,6 +239,12 @@ class Worker:
         """One "epoch" record now, e.g. ``record_epoch(val_accuracy=0.93, loss=0.2)``, with the metrics and the
         last consensus distance computed (epochs are counted unless ``epoch=`` is given)."""
         self._notify("on_record", "epoch", values)
+
+    def record_consensus(self, **values: float) -> None:
+        """One "consensus" record: a value of the consensus (averaged) model at a wall-clock point, e.g.
+        ``record_consensus(time=12.5, val_accuracy=0.91)`` with ``time`` in seconds since the common start
+        (``fast_core.snapshots`` computes them after training; rank 0 records them, also after ``close()``)."""
+        self._notify("on_record", "consensus", values)
 
     def record_result(self, **values: float) -> None:
         """Final numbers of the run, e.g. ``record_result(test_accuracy=0.95)``, also after ``close()``."""

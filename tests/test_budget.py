@@ -149,6 +149,6 @@ def test_the_numpy_example_under_fast_run_spends_a_shared_budget_exactly(tmp_pat
     spent = re.search(r"budget spent: (\d+) samples trained by the job .*steps per rank \[(\d+), (\d+)\]", done.stdout)
     assert spent is not None and int(spent.group(1)) == 3001, done.stdout
     ranks = read_run(tmp_path / "r")
-    closes = [records[-2] for _, records in sorted(ranks.items())]  # "close" then "result"
+    closes = [next(r for r in records if r["kind"] == "close") for _, records in sorted(ranks.items())]
     assert sum(c["samples"] for c in closes) == 3001  # what each rank recorded adds up to the budget
     assert [c["step"] for c in closes] == [int(spent.group(2)), int(spent.group(3))]

@@ -25,7 +25,7 @@ import optax
 
 import jax
 import jax.numpy as jnp
-from fast_core import Engine, Strategy, Worker
+from fast_core import Budget, Engine, Strategy, Worker
 from fast_core.collectives import average_arrays
 from fast_core.runtime import init
 from fast_core.strategies.spec import resolve_strategy
@@ -59,8 +59,10 @@ class DistributedStep:
         engine: Engine | None,
         dtype: str | None,
         log_every: int | None,
+        budget: Budget | None = None,
     ) -> None:
         self.fn = fn
+        self.budget = budget
         self.strategy = strategy
         self.optimizer = optimizer
         self._engine = engine
@@ -87,6 +89,13 @@ class DistributedStep:
             raise RuntimeError("the step has not started: call it once, or step.start(params, opt_state), first")
         return self._worker
 
+    @property
+    def model(self) -> JaxModel:
+        """The adapter the worker mixes: ``model.params_tree()`` is the params as the strategy left them."""
+        if self._model is None:
+            raise RuntimeError("the step has not started: call it once, or step.start(params, opt_state), first")
+        return self._model
+
     def start(self, params: Any, opt_state: Any) -> tuple[Any, Any]:
         """Collective: check the model is the same on every rank and return rank 0's params and opt_state.
 
@@ -96,7 +105,7 @@ class DistributedStep:
             return params, opt_state
         model = JaxModel(FlatTree(params, self._dtype), self.optimizer)
         model.load(params, opt_state)
-        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every)
+        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every, budget=self.budget)
         worker.start()  # same layout on every rank (names the first differing leaf), rank 0's params, strategy set up
         model.load(model.params_tree(), broadcast(opt_state, 0, self.engine))
         self._model, self._worker = model, worker
@@ -148,6 +157,7 @@ def distributed(
     engine: Engine | None = None,
     dtype: str | None = None,
     log_every: int | None = None,
+    budget: Budget | None = None,
 ) -> DistributedStep | Callable[[TrainStep | GradStep], DistributedStep]:
     """Wrap a training step so ``strategy`` runs around it on every call; usable as a decorator too.
 
@@ -156,9 +166,13 @@ def distributed(
     metrics)`` and fast_jax applies the (strategy-processed) gradient with the optimizer: needed by all-reduce
     and FAST, fine for every strategy. With no ``strategy``: ``fast run --strategy``'s (FAST_STRATEGY), else
     all-reduce. ``dtype`` packs params of several floating dtypes into one buffer of that dtype (see FlatTree).
+    ``budget``: a shared work budget (``fast_core.Budget``; ``step.worker.claim_batch(n)`` before each batch, once
+    the step started), None for ``fast run --budget-samples/--budget-seconds``'s, else none.
     """
     if fn is None:
-        return lambda f: distributed(f, strategy, optimizer=optimizer, engine=engine, dtype=dtype, log_every=log_every)
+        return lambda f: distributed(
+            f, strategy, optimizer=optimizer, engine=engine, dtype=dtype, log_every=log_every, budget=budget
+        )
     if not callable(fn):
         raise TypeError(f"distributed() wraps a function, got {type(fn).__name__}")
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
@@ -173,15 +187,17 @@ def distributed(
             "instead of train_step, e.g. fast_jax.distributed(grad_step, strategy, optimizer=optax.sgd(0.1))"
         )
     _check_signature(fn, optimizer is not None)
-    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every)
+    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every, budget)
 
 
 def average(tree: Any, *, step: DistributedStep | None = None, engine: Engine | None = None) -> Any:
     """The mean over ranks of every leaf of ``tree`` (collective; summed in float64, returned in each leaf's dtype).
 
     At the end of training pass the wrapped ``step``: its worker is closed first, so no message is still in
-    flight, and its engine is used. Without ``step`` it is a plain collective, e.g. to evaluate the consensus
-    model mid-training.
+    flight, and its engine is used; the params every rank then holds (and saves) are the consensus model. Without
+    ``step`` it is a plain collective that leaves the step running, e.g. to evaluate the consensus model
+    mid-training (``tree`` itself is not changed: JAX arrays are immutable): every rank must call it at the same
+    point, so under an asynchronous strategy the ranks wait for each other there.
     """
     if step is not None:
         step.close()

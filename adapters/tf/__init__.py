@@ -25,7 +25,7 @@ from .callback import Callback
 from .data import shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
-from .variables import average_variables, broadcast_variables, layout_of, read_flat, write_flat
+from .variables import average_variables, broadcast_variables, consensus_weights, layout_of, read_flat, write_flat
 
 __all__ = [
     "Callback",
@@ -34,6 +34,7 @@ __all__ = [
     "average_logs",
     "average_variables",
     "broadcast_variables",
+    "consensus_weights",
     "init",
     "layout_of",
     "rank",

@@ -15,6 +15,7 @@ import numpy as np
 from fast_core import Engine
 from fast_core.collectives import average_arrays, broadcast_arrays
 from fast_core.flat import FlatLayout
+from fast_core.runtime import init
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -91,3 +92,20 @@ def handoff(flat: np.ndarray) -> np.ndarray:
 def floating(variables: Sequence[keras.Variable]) -> list[keras.Variable]:
     """The floating-point variables (e.g. BatchNorm statistics, not the integer seed states of dropout)."""
     return [v for v in variables if dtype_of(v) in FLOATS]
+
+
+def consensus_weights(model: keras.Model, engine: Engine | None = None) -> list[np.ndarray]:
+    """The consensus model's weights, in ``model.get_weights()`` order: the mean over ranks of every floating
+    variable (the others, e.g. seed states, are this rank's own), e.g. to evaluate the consensus model mid-training
+    in a copy (``keras.models.clone_model(model).set_weights(...)``) without touching this rank's model.
+
+    Collective: every rank must call it at the same point (between fits, or from a callback's ``self.model``), so
+    under an asynchronous strategy the ranks wait for each other there. ``fast_tf.Callback(average_at_end=True)``
+    already leaves the consensus model in every rank's model at the end of fit.
+    """
+    weights = [v.numpy() for v in model.weights]
+    floats = [i for i, v in enumerate(model.weights) if dtype_of(v) in FLOATS]
+    averaged = average_arrays([weights[i] for i in floats], engine or init())
+    for i, value in zip(floats, averaged, strict=True):
+        weights[i] = value
+    return weights

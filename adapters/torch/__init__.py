@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 from fast_core.runtime import init, rank, size
 
-from .api import average_model, broadcast_parameters, join, shard
+from .api import average_model, broadcast_parameters, consensus_copy, join, shard
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 
@@ -25,6 +25,7 @@ __all__ = [
     "TorchModel",
     "average_model",
     "broadcast_parameters",
+    "consensus_copy",
     "init",
     "join",
     "rank",

@@ -1,9 +1,11 @@
-"""Whole-job helpers with the names Horovod users know: broadcast_parameters, average_model, shard."""
+"""Whole-job helpers with the names Horovod users know: broadcast_parameters, average_model, shard; and
+consensus_copy, the averaged model without touching this rank's own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from copy import deepcopy
 
 import torch
 from fast_core import Engine
@@ -22,17 +24,35 @@ def broadcast_parameters(model: torch.nn.Module, root: int = 0, engine: Engine |
     broadcast_tensors(floating_tensors(model), engine or default_engine(), root)
 
 
-def average_model(model: torch.nn.Module, buffers: bool = True, engine: Engine | None = None) -> None:
+def average_model(
+    model: torch.nn.Module, buffers: bool = True, engine: Engine | None = None, *, close: bool = True
+) -> None:
     """Replace every rank's parameters (and floating buffers, unless ``buffers=False``) by their mean over ranks.
 
-    Collective: the consensus model at the end of decentralized training. It closes the model's FAST worker
-    first, so no message is still in flight; call it after the last step.
+    Collective: the consensus model. By default it closes the model's FAST worker first (its last messages land,
+    nothing stays in flight): call it after the last step, and the model every rank saves is the consensus model.
+    ``close=False`` averages mid-training and leaves the worker running: every rank then continues from the
+    average (a consensus step). To evaluate the consensus model without touching this rank's own, use
+    :func:`consensus_copy`.
     """
     worker = _WORKERS.get(model)
-    if worker is not None:
+    if worker is not None and close:
         worker.close()
     engine = engine or (worker.engine if worker is not None else default_engine())
     average_tensors(floating_tensors(model, buffers=buffers), engine)
+
+
+def consensus_copy(model: torch.nn.Module, buffers: bool = True, engine: Engine | None = None) -> torch.nn.Module:
+    """A copy of ``model`` holding the mean over ranks of its parameters (and floating buffers, unless
+    ``buffers=False``), e.g. to evaluate the consensus model mid-training; this rank's own model and its worker
+    are left as they are. Collective: every rank must call it at the same point, so under an asynchronous strategy
+    the ranks wait for each other there (the slowest sets the pace once per call); ``fast_core.snapshots`` measures
+    the consensus model over time without any wait."""
+    worker = _WORKERS.get(model)
+    engine = engine or (worker.engine if worker is not None else default_engine())
+    copy = deepcopy(model)
+    average_tensors(floating_tensors(copy, buffers=buffers), engine)
+    return copy
 
 
 @contextmanager

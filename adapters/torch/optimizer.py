@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 
 import torch
-from fast_core import Engine, Strategy, Worker
+from fast_core import Budget, Engine, Strategy, Worker
 from fast_core.runtime import init as default_engine
 
 from .model import TorchModel
@@ -27,10 +27,13 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     *,
     engine: Engine | None = None,
     log_every: int | None = None,
+    budget: Budget | None = None,
 ) -> torch.optim.Optimizer:
     """Hook ``optimizer`` so ``strategy`` runs at every ``optimizer.step()``; returns ``optimizer`` itself.
 
-    With no ``strategy``, the one ``fast run --strategy`` passes (``FAST_STRATEGY``), else all-reduce.
+    With no ``strategy``, the one ``fast run --strategy`` passes (``FAST_STRATEGY``), else all-reduce. ``budget``:
+    a shared work budget (``fast_core.Budget``; ``opt.fast_worker.claim_batch(n)`` before each batch), None for
+    ``fast run --budget-samples/--budget-seconds``'s, else none.
 
     The model's parameters become views of one flat buffer, all ranks start from rank 0's parameters (and
     buffers), and the optimizer must hold exactly the model's trainable parameters.
@@ -41,7 +44,7 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
         raise RuntimeError("this model is already wrapped by a DistributedOptimizer")
     adapter = TorchModel(model, optimizer)
     _check_same_parameters(optimizer, adapter)
-    worker = Worker(adapter, strategy, engine or default_engine(), log_every=log_every)
+    worker = Worker(adapter, strategy, engine or default_engine(), log_every=log_every, budget=budget)
     worker.start()
     broadcast_tensors(floating_tensors(model, parameters=False), worker.engine)  # e.g. BatchNorm statistics
     _WORKERS[model] = worker

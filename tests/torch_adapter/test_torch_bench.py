@@ -25,7 +25,10 @@ def test_bench_torch_compares_strategies_with_ddp(tmp_path: Path) -> None:
     assert float(rows["DDP"]["vs_baseline"]) == 1.0  # DDP is the baseline when it ran
     assert rows["DDP"]["bytes_sent_per_step"] == ""  # gloo's traffic is not the FAST worker's to count
     for label, row in rows.items():
-        assert float(row["job_samples_per_second"]) > 0 and int(row["steps"]) == 40  # 640 samples per rank, batch 16
+        # a budget of 1 global epoch, 640 samples per rank, batch 16: 40 steps on each rank in lockstep; under async
+        # rank 0 (its steps are the row's) trains its share of the job's 80 steps, more when it is the faster
+        steps = int(row["steps"])
+        assert float(row["job_samples_per_second"]) > 0 and (0 < steps <= 80 if row["mode"] == "async" else steps == 40)
         assert float(row["final_accuracy"]) > 0.5
         check_job_figures(row, read_run(bench_dir / label))
     # a fair straggler: DDP (whose all-reduce runs inside backward) sleeps the same seconds per step as the others

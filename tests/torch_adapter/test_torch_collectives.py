@@ -76,3 +76,41 @@ def test_average_and_broadcast_are_one_collective_for_all_tensors_with_numpy_res
             np.testing.assert_array_equal(result["broadcast"][name], starts[1][name], err_msg=name)  # bit-exact
         counter = "1.num_batches_tracked"
         assert result["averaged"][counter] == result["broadcast"][counter]  # integers stay each rank's own
+
+
+def _consensus_mid_training(engine: Engine) -> dict[str, object]:
+    """A wrapped model under an asynchronous strategy, a few steps, then the consensus copy and an average that
+    leaves the worker running; training goes on after both."""
+    model = make_model(seed=engine.rank)
+    opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, "async:ring", engine=engine)
+    x = torch.from_numpy(np.random.default_rng(engine.rank).normal(size=(8, 4)).astype(np.float32))
+
+    def steps(count: int) -> None:
+        for _ in range(count):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+
+    steps(3)
+    own = tensors(model)
+    copy = fast.consensus_copy(model)
+    untouched = tensors(model)
+    fast.average_model(model, close=False)
+    averaged = tensors(model)
+    steps(2)  # the worker still trains
+    worker = opt.fast_worker
+    fast.average_model(model)  # the end: closes, then averages
+    return {"own": own, "copy": tensors(copy), "untouched": untouched, "averaged": averaged, "steps": worker.step}
+
+
+def test_the_consensus_copy_and_a_mid_training_average_leave_the_worker_running() -> None:
+    results = LocalCluster(SIZE, timeout=30).run(_consensus_mid_training)
+    floating = [name for name, value in results[0]["own"].items() if np.issubdtype(value.dtype, np.floating)]
+    for result in results:
+        assert result["steps"] == 5
+        for name in floating:
+            np.testing.assert_array_equal(result["untouched"][name], result["own"][name], err_msg=name)
+            stack = np.stack([other["own"][name].astype(np.float64) for other in results])
+            expected = (stack.sum(axis=0) / SIZE).astype(result["own"][name].dtype)
+            np.testing.assert_array_equal(result["copy"][name], expected, err_msg=name)
+            np.testing.assert_array_equal(result["averaged"][name], result["copy"][name], err_msg=name)

@@ -1,0 +1,204 @@
+"""Time to target of the consensus model: each rank saves its parameters at fixed wall-clock points, and after
+training one rank averages the ranks' snapshots point by point and evaluates the averages.
+
+Why offline: evaluating the average while training is a collective, so under an asynchronous strategy it would
+make every rank wait for the slowest at each point, the very thing the strategy avoids. A snapshot costs one
+file write of the flat parameters on this rank's trainer, no message.
+
+- ``Snapshots`` (an Observer) saves this rank's flat parameters at ``0, every_seconds, 2 * every_seconds, ...``
+  seconds since the worker's common start (``Worker.started_at``): at the first compute end at or after each
+  point, before that step's update, so the saved values are the model this rank held at that point. A rank
+  reaches a point only while it trains: points after its last step are not saved. At ``close`` it also saves its
+  final parameters (after the strategy's last messages landed) and a manifest ``rank<r>.json``.
+- ``consensus_curve(folder, evaluate)`` (not collective; after every rank closed) averages, at each point every
+  rank reached, the ranks' snapshots (in float64, like ``collectives.average_arrays``) and returns ``(time,
+  evaluate(average))`` pairs; the last pair is the final consensus model at the job's stop (the last rank's last
+  step). ``record_consensus_curve`` does the whole end of a run: barrier, rank 0 evaluates and records.
+
+Only the flat trainable parameters are saved: buffers such as BatchNorm statistics are not part of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .contract import ModelAdapter
+from .observers import Observer
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+FOLDER = "snapshots"
+"""The snapshots' sub-folder of a run folder (``fast run``'s ``RunConfig.run_dir``)."""
+FINAL = "final"
+
+Curve = list[tuple[float, float]]
+
+
+class Snapshots(Observer):
+    """Save this rank's flat parameters every ``every_seconds`` of wall clock since the worker's common start.
+
+    Files: ``<folder>/rank<r>/<point>.npy`` (the point's index; one file per point, so a step spanning several
+    points writes the same values under each) and, at close, ``<folder>/rank<r>/final.npy`` and the manifest
+    ``<folder>/rank<r>.json`` (written last: its presence says the rank's snapshots are complete).
+    """
+
+    def __init__(self, folder: Path | str, every_seconds: float, rank: int) -> None:
+        if isinstance(every_seconds, bool) or not isinstance(every_seconds, int | float) or not every_seconds > 0:
+            raise ValueError(f"Snapshots(every_seconds={every_seconds!r}): give the seconds between snapshots, > 0")
+        self.folder = Path(folder)
+        self.every = float(every_seconds)
+        self.rank = rank
+        self.points = 0
+        """Points saved so far: 0 .. points - 1."""
+        self.stop = 0.0
+        """Seconds from the common start to this rank's last step end."""
+        self._origin: float | None = None
+        self._dir = self.folder / f"rank{rank}"
+
+    @classmethod
+    def attach(cls, worker: Worker, folder: Path | str, every_seconds: float) -> Snapshots:
+        """Add snapshots to ``worker``'s observers, also when it has already started (point 0 is then saved now:
+        call it before the first step, as adapters that start the worker at wrap time need)."""
+        snapshots = cls(folder, every_seconds, worker.rank)
+        worker.observers.append(snapshots)
+        if worker.started_at is not None:
+            snapshots.on_start(worker)
+        return snapshots
+
+    # Worker events -----------------------------------------------------------------------------------------------
+    def on_start(self, worker: Worker) -> None:
+        self._origin = worker.started_at
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._save_due(worker)  # point 0: the common start model
+
+    def on_compute_end(self, worker: Worker) -> None:
+        self._save_due(worker)
+
+    def on_step_end(self, worker: Worker) -> None:
+        self.stop = self._elapsed()
+
+    def on_close(self, worker: Worker) -> None:
+        if self._origin is None:
+            return
+        np.save(self._dir / f"{FINAL}.npy", worker.model.params())
+        manifest = {"rank": self.rank, "every_seconds": self.every, "points": self.points, "stop": self.stop}
+        (self.folder / f"rank{self.rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._origin if self._origin is not None else 0.0
+
+    def _save_due(self, worker: Worker) -> None:
+        if self._origin is None:
+            return
+        due = int(self._elapsed() // self.every) + 1  # points 0 .. due - 1 have been reached
+        if due <= self.points:
+            return
+        params = worker.model.params()
+        for point in range(self.points, due):
+            np.save(self._dir / f"{point}.npy", params)
+        self.points = due
+
+
+def consensus_curve(folder: Path | str, evaluate: Callable[[np.ndarray], float], size: int | None = None) -> Curve:
+    """``(seconds since the common start, evaluate(average of the ranks' snapshots))`` at every point all ranks
+    reached, then at the job's stop (the last rank's last step) for the final consensus model.
+
+    Not collective: call it on one rank after every rank closed its worker. ``size``: the job's ranks (checked
+    against the manifests found; default: as many as there are). Averages are summed in float64 and cast back to
+    the snapshots' dtype, as ``collectives.average_arrays`` does.
+    """
+    manifests = read_manifests(folder, size)
+    every = manifests[0]["every_seconds"]
+    common = min(m["points"] for m in manifests)
+    size = len(manifests)
+    curve = [(point * every, evaluate(average_snapshots(folder, size, str(point)))) for point in range(common)]
+    stop = max(m["stop"] for m in manifests)
+    curve.append((stop, evaluate(average_snapshots(folder, size, FINAL))))
+    return curve
+
+
+def read_manifests(folder: Path | str, size: int | None = None) -> list[dict]:
+    """Every rank's manifest, rank 0 first; a one-line error when a rank's is missing or they disagree."""
+    folder = Path(folder)
+    found = sorted(folder.glob("rank*.json"), key=lambda p: int(p.stem[len("rank") :]))
+    size = len(found) if size is None else size
+    manifests = []
+    for rank in range(size):
+        path = folder / f"rank{rank}.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} is missing: rank {rank} did not close its worker with snapshots (call consensus_curve "
+                "after every rank's close and a barrier)"
+            )
+        manifests.append(json.loads(path.read_text(encoding="utf-8")))
+    if not manifests:
+        raise FileNotFoundError(f"no snapshots in {folder}: attach Snapshots to the worker before training")
+    if len({m["every_seconds"] for m in manifests}) > 1:
+        raise ValueError(f"the ranks' snapshots in {folder} were taken at different intervals: one run per folder")
+    return manifests
+
+
+def average_snapshots(folder: Path | str, size: int, name: str) -> np.ndarray:
+    """The mean over ranks of snapshot ``name`` (a point's index or "final"), in the snapshots' dtype."""
+    total: np.ndarray | None = None
+    dtype = None
+    for rank in range(size):
+        values = np.load(Path(folder) / f"rank{rank}" / f"{name}.npy", allow_pickle=False)
+        dtype = values.dtype
+        total = values.astype(np.float64) if total is None else total + values
+    return (total / size).astype(dtype)
+
+
+@contextmanager
+def loaded(model: ModelAdapter, flat: np.ndarray) -> Iterator[ModelAdapter]:
+    """``model`` holding ``flat`` inside the block, its own parameters again after it (to evaluate a snapshot)."""
+    own = np.array(model.params(), copy=True)
+    model.set_params(flat)
+    try:
+        yield model
+    finally:
+        model.set_params(own)
+
+
+def record_consensus_curve(
+    worker: Worker, snapshots: Snapshots, metric: Callable[[], float], name: str = "val_accuracy", keep: bool = False
+) -> Curve:
+    """The end of a run with snapshots (collective, after ``worker.close()``): a barrier so every rank's snapshots
+    are complete, then rank 0 evaluates ``metric()`` (higher is better, e.g. validation accuracy of the model the
+    worker trains) with each consensus snapshot loaded into the worker's model, and records each as a "consensus"
+    record ``{time, <name>}`` (``worker.record_consensus``). Its model is restored after each evaluation.
+    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``."""
+    worker.engine.barrier()
+    if worker.rank != 0:
+        return []
+
+    def evaluate(flat: np.ndarray) -> float:
+        with loaded(worker.model, flat):
+            return float(metric())
+
+    curve = consensus_curve(snapshots.folder, evaluate, worker.size)
+    for seconds, value in curve:
+        worker.record_consensus(time=seconds, **{name: value})
+    if not keep:
+        shutil.rmtree(snapshots.folder, ignore_errors=True)
+    return curve
+
+
+def curve_text(curve: Curve, name: str = "validation accuracy") -> str:
+    """One line for a script's output: the consensus curve's start, best and final values."""
+    (start, first), (stop, final) = curve[0], curve[-1]
+    best_time, best = max(curve, key=lambda point: point[1])
+    return (
+        f"consensus model's {name} over {len(curve)} points ({start:.1f} s to {stop:.1f} s since the common start): "
+        f"{first:.4f} at the start, best {best:.4f} at {best_time:.1f} s, {final:.4f} at the job's stop"
+    )
