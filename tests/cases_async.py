@@ -106,30 +106,43 @@ def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 
 
+def _rank0_against_stalled_neighbours(
+    engine: Engine, strategy: AsyncAveraging, steps: int, update: float, rule
+) -> None:
+    """Every rank starts at its rank number; the others send their first message and stall while rank 0 adds
+    ``update`` to its parameters before each of ``steps`` steps. ``rule(step, expected, own, pulls)`` gives rank 0's
+    expected value after a step (``expected`` already holds the update); rank 0 checks every element against it."""
+    model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+    model.set_params(np.full(model.layout.size, float(engine.rank)))
+    worker = Worker(model, strategy, engine, broadcast_start=False).start()
+    if engine.rank == 0:
+        graph = make_topology("ring", engine.size)
+        own, pulls = graph.self_weight(0), graph.in_weights(0)
+        for peer in pulls:
+            strategy._mailbox.wait_for(peer, min_step=0)
+        expected = 0.0
+        for step in range(steps):
+            model.set_params(model.params() + update)  # the optimizer's update of this step
+            worker.after_step()
+            expected = rule(step, expected + update, own, pulls)
+        np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=repr(strategy))
+    engine.barrier()
+    worker.close()
+
+
 def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engine) -> None:
     """Rank 0 steps while the others stall after their first message: by default it mixes their parameters once
     and then keeps its own (a stalled neighbour lends its weight back); remix_stale=True pulls again every step."""
     if engine.size == 1:
         return
-    steps = 5
     for remix in (False, True):
-        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
-        model.set_params(np.full(model.layout.size, float(engine.rank)))
-        strategy = AsyncAveraging("ring", remix_stale=remix)
-        worker = Worker(model, strategy, engine, broadcast_start=False).start()
-        if engine.rank == 0:
-            graph = make_topology("ring", engine.size)
-            own, pulls = graph.self_weight(0), graph.in_weights(0)
-            for peer in pulls:
-                strategy._mailbox.wait_for(peer, min_step=0)
-            expected = 0.0
-            for step in range(steps):
-                worker.after_step()
-                if remix or step == 0:
-                    expected = own * expected + sum(w * peer for peer, w in pulls.items())
-            np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=f"remix_stale={remix}")
-        engine.barrier()
-        worker.close()
+
+        def rule(step, expected, own, pulls, remix=remix):
+            if remix or step == 0:
+                return own * expected + sum(w * peer for peer, w in pulls.items())
+            return expected
+
+        _rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", remix_stale=remix), 5, 0.0, rule)
 
 
 def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engine: Engine) -> None:
@@ -138,27 +151,13 @@ def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engi
     default scales its own progress by w_ii at that step."""
     if engine.size == 1:
         return
-    steps, d = 4, 0.25
     for keep in (False, True):
-        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
-        model.set_params(np.full(model.layout.size, float(engine.rank)))
-        strategy = AsyncAveraging("ring", keep_progress=keep)
-        worker = Worker(model, strategy, engine, broadcast_start=False).start()
-        if engine.rank == 0:
-            graph = make_topology("ring", engine.size)
-            own, pulls = graph.self_weight(0), graph.in_weights(0)
-            for peer in pulls:
-                strategy._mailbox.wait_for(peer, min_step=0)
-            expected = 0.0
-            for step in range(steps):
-                model.set_params(model.params() + d)  # the optimizer's update of this step
-                worker.after_step()
-                expected += d
-                if step == 0:  # the one fresh message of each neighbour; rank 0 had sent its start, 0
-                    if keep:
-                        expected += sum(w * (peer - 0.0) for peer, w in pulls.items())
-                    else:
-                        expected = own * expected + sum(w * peer for peer, w in pulls.items())
-            np.testing.assert_allclose(model.params(), expected, rtol=1e-12, err_msg=f"keep_progress={keep}")
-        engine.barrier()
-        worker.close()
+
+        def rule(step, expected, own, pulls, keep=keep):
+            if step != 0:  # only the first message of each neighbour is fresh
+                return expected
+            if keep:  # rank 0 had sent its start, 0
+                return expected + sum(w * (peer - 0.0) for peer, w in pulls.items())
+            return own * expected + sum(w * peer for peer, w in pulls.items())
+
+        _rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", keep_progress=keep), 4, 0.25, rule)
