@@ -521,3 +521,24 @@ def test_progress_bar_keeps_the_scripts_lines_whole(monkeypatch) -> None:
     assert "\nepoch   1  loss 0.5000\n" in "\n" + text.replace("\r", "\n")
     assert re.search(r"dpsgd:ring: 5 steps .*loss=0\.25, consensus=0\.001, epoch=2", text), text
     assert "partial" in text
+
+
+def test_bench_takes_whole_strategy_strings_with_their_options() -> None:
+    from fast_core.cli import bench, parser
+    from fast_core.cli.common import CLIError
+    from fast_core.cli.frameworks import FRAMEWORKS
+
+    def planned(*argv: str) -> list[tuple[str, str]]:
+        return bench.plan(FRAMEWORKS["numpy"], parser().parse_args(["bench", "-n", "4", *argv]))
+
+    assert [label for label, _ in planned()] == bench.DEFAULT_STRATEGIES.split(",")
+    assert planned("--strategy", "async:torus,keep_progress=true", "--strategy", "allreduce") == [
+        ("async:torus,keep_progress=true", "async"),
+        ("allreduce", "sync"),
+    ]
+    both = planned("--strategies", "allreduce,async", "--strategy", "async:ring,staleness=2")
+    assert [label for label, _ in both] == ["allreduce", "async", "async:ring,staleness=2"]
+    with pytest.raises(CLIError, match="named twice"):
+        planned("--strategies", "allreduce", "--strategy", "allreduce")
+    with pytest.raises(fast_core.ConfigError, match="no option 'keep_progres'"):
+        planned("--strategy", "async:torus,keep_progres=true")

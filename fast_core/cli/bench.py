@@ -52,7 +52,15 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="numpy", help="whose example to run")
     parser.add_argument(
-        "--strategies", default=DEFAULT_STRATEGIES, help=f"comma-separated (default {DEFAULT_STRATEGIES})"
+        "--strategies", help=f"comma-separated strategy names, without options (default {DEFAULT_STRATEGIES})"
+    )
+    parser.add_argument(
+        "--strategy",
+        dest="strategy_specs",
+        action="append",
+        metavar="SPEC",
+        help="one whole strategy string, options and commas included (e.g. async:torus,keep_progress=true); repeat "
+        "it for several; runs after those of --strategies",
     )
     parser.add_argument("--compare-ddp", action="store_true", help="also run torch DistributedDataParallel (gloo)")
     parser.add_argument("--epochs", type=positive, help="epochs per run (default: the example's)")
@@ -86,7 +94,9 @@ def example_arguments(framework: Framework, args: argparse.Namespace) -> list[st
 
 def plan(framework: Framework, args: argparse.Namespace) -> list[tuple[str, str]]:
     """(label, mode) of each run, strategies checked now: a typo must not cost the runs before it."""
-    names = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    specs = [s.strip() for s in args.strategy_specs or []]
+    listed = DEFAULT_STRATEGIES if args.strategies is None and not specs else args.strategies or ""
+    names = [s.strip() for s in listed.split(",") if s.strip()] + [s for s in specs if s]
     if not names:
         raise CLIError("--strategies is empty; give e.g. allreduce,dpsgd,async")
     runs = []
@@ -100,7 +110,7 @@ def plan(framework: Framework, args: argparse.Namespace) -> list[tuple[str, str]
             )
         runs.append((DDP, DDP))
     if len({slug(label) for label, _ in runs}) != len(runs):
-        raise CLIError(f"--strategies {args.strategies}: a strategy is named twice")
+        raise CLIError(f"strategies {', '.join(names)}: a strategy is named twice")
     return runs
 
 
