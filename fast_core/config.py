@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,16 +130,11 @@ class RunConfig:
 
 def parse_timeout(text: str) -> float:
     """A FAST_TIMEOUT value: seconds > 0, or ``inf`` (never time out). ``abc``, ``nan``, ``0`` and ``-1`` are errors."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:  # also false for nan
-        raise ConfigError(
-            f"{TIMEOUT_VARIABLE}={text!r}: give the seconds a rank may wait for a peer, a number > 0 such as 120 "
-            "(or inf to wait forever, e.g. under a debugger)"
-        )
-    return value
+    advice = (
+        "give the seconds a rank may wait for a peer, a number > 0 such as 120 (or inf to wait forever, e.g. under a "
+        "debugger)"
+    )
+    return _number(text, TIMEOUT_VARIABLE, lambda value: value > 0, advice)
 
 
 def check_timeout(value: float) -> float:
@@ -154,13 +149,8 @@ def parse_budget_seconds(text: str) -> float | None:
     ``inf`` are errors)."""
     if not text:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:  # also false for nan
-        raise ConfigError(f"{BUDGET_SECONDS_VARIABLE}={text!r}: give the wall-clock seconds to train, > 0, e.g. 60")
-    return value
+    advice = "give the wall-clock seconds to train, > 0, e.g. 60"
+    return _number(text, BUDGET_SECONDS_VARIABLE, lambda value: 0 < value < math.inf, advice)
 
 
 def check_budget(samples: object, seconds: object) -> tuple[int | None, float | None]:
@@ -189,27 +179,27 @@ def environment() -> RunConfig:
 def _straggler_factor(text: str) -> float | None:
     if not text:
         return None
-    try:
-        factor = float(text)
-    except ValueError:
-        factor = math.nan
-    if not factor >= 1.0 or math.isinf(factor):
-        raise ConfigError(f"{STRAGGLER_VARIABLE}={text!r}: give a slow-down factor >= 1, e.g. 3 for three times slower")
-    return factor
+    advice = "give a slow-down factor >= 1, e.g. 3 for three times slower"
+    return _number(text, STRAGGLER_VARIABLE, lambda factor: 1.0 <= factor < math.inf, advice)
 
 
 def _straggler_seconds(text: str) -> float | None:
     if not text:
         return None
+    advice = "give the seconds the straggler sleeps per step, >= 0, e.g. 0.01"
+    return _number(text, STRAGGLER_SECONDS_VARIABLE, lambda seconds: 0 <= seconds < math.inf, advice)
+
+
+def _number(text: str, name: str, accept: Callable[[float], bool], advice: str) -> float:
+    """``text`` as a number ``accept`` takes (text that is no number counts as nan, which no comparison accepts),
+    else one ConfigError line: ``NAME='text': advice``."""
     try:
-        seconds = float(text)
+        value = float(text)
     except ValueError:
-        seconds = math.nan
-    if not 0 <= seconds < math.inf:  # also false for nan
-        raise ConfigError(
-            f"{STRAGGLER_SECONDS_VARIABLE}={text!r}: give the seconds the straggler sleeps per step, >= 0, e.g. 0.01"
-        )
-    return seconds
+        value = math.nan
+    if not accept(value):
+        raise ConfigError(f"{name}={text!r}: {advice}")
+    return value
 
 
 def _whole(text: str, name: str, example: str, minimum: int) -> int | None:
