@@ -38,6 +38,7 @@ import optax
 
 import fast_jax as fast
 from fast_core import Budget, Strategy, make_strategy
+from fast_core.budget import spent_text
 from fast_core.config import environment
 from fast_core.datasets import TASKS, Task, batches, example_task
 from fast_core.reporting import epoch_summary
@@ -179,19 +180,13 @@ def train(
     curve = []
     if snapshots is not None:
         curve = record_consensus_curve(worker, snapshots, lambda: accuracy(step.model.params_tree(), task.validation))
-    steps = np.zeros(engine.size, dtype=np.int64)
-    steps[engine.rank] = worker.step
-    engine.allreduce(steps)  # every rank's steps (after close, so no rank waits mid-training)
+    spent = spent_text(worker, global_epoch)  # collective
     if verbose and engine.rank == 0:
         print(
             f"test accuracy of the averaged model: {test_accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
-        print(
-            f"budget spent: {metrics['job_samples']} samples trained by the job "
-            f"({metrics['job_samples'] / global_epoch:.2f} global epochs), {metrics['samples']} of them by rank 0; "
-            f"steps per rank {steps.tolist()}"
-        )
+        print(spent)
         if curve:
             print(curve_text(curve))
     return test_accuracy

@@ -29,6 +29,7 @@ import numpy as np
 
 import fast_core
 from fast_core import Budget
+from fast_core.budget import spent_text
 from fast_core.config import environment
 from fast_core.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.numpy_model import SGD, SoftmaxRegression
@@ -96,19 +97,13 @@ def main() -> None:
     if snapshots is not None:
         curve = record_consensus_curve(worker, snapshots, lambda: model.accuracy(x_val, y_val))
     metrics = worker.metrics.as_dict()
-    steps = np.zeros(engine.size, dtype=np.int64)
-    steps[engine.rank] = worker.step
-    engine.allreduce(steps)  # every rank's steps (after close, so no rank waits mid-training)
+    spent = spent_text(worker, global_epoch)  # collective
     if engine.rank == 0:
         print(
             f"test accuracy of the averaged model: {accuracy:.4f}  "
             f"({metrics['steps']} steps, {metrics['bytes_sent'] / 1e6:.2f} MB sent by rank 0)"
         )
-        print(
-            f"budget spent: {metrics['job_samples']} samples trained by the job "
-            f"({metrics['job_samples'] / global_epoch:.2f} global epochs), "
-            f"{metrics['samples']} of them by rank 0; steps per rank {steps.tolist()}"
-        )
+        print(spent)
         if curve:
             print(curve_text(curve))
 

@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from .config import RunConfig, check_budget
 from .engine import Engine
 from .errors import ConfigError
 from .transport import RequestService
+
+if TYPE_CHECKING:
+    from .worker import Worker
 
 log = logging.getLogger("fast")
 
@@ -226,3 +230,17 @@ class SharedSamples:
         self._credit += granted
         self._exhausted = granted < self._asked
         self._asked = 0
+
+
+def spent_text(worker: Worker, global_epoch: int) -> str:
+    """Collective, after ``close()``: one line on how the job spent its budget (the job's samples, in global epochs
+    of ``global_epoch`` samples; rank 0's share; every rank's steps, gathered by one allreduce), for the examples'
+    last output."""
+    steps = np.zeros(worker.size, dtype=np.int64)
+    steps[worker.rank] = worker.step
+    worker.engine.allreduce(steps)  # after close: no rank waits mid-training
+    job, mine = worker.metrics.job_samples, worker.metrics.samples
+    return (
+        f"budget spent: {job} samples trained by the job ({job / global_epoch:.2f} global epochs), {mine} of them by "
+        f"rank {worker.rank}; steps per rank {steps.tolist()}"
+    )
