@@ -23,6 +23,8 @@ from .tags import GossipTag
 class GossipThread(CommThread):
     """Shared parts: message slots of ``framing``, and one small always-posted receive per peer."""
 
+    idle_pause = 5e-3  # a message noticed up to 5 ms late is only fresher at the next step: nobody waits on it
+
     def __init__(self, engine: Engine, params: np.ndarray, name: str, small_tag: int) -> None:
         super().__init__(engine, name)
         self.dtype = params.dtype
@@ -91,6 +93,7 @@ class PushBox(GossipThread):
         framing.write(slot, params, step, self._sequence)
         with self._cond:
             self._staged_dest = dest
+        self._nudge()
         return True
 
     def take_all(self) -> list[tuple[np.ndarray, int]]:
@@ -194,6 +197,7 @@ class PullBox(GossipThread):
         self._raise_if_failed()
         with self._cond:
             self._wanted = peer
+        self._nudge()
 
     def take(self) -> tuple[np.ndarray, int] | None:
         """(parameters, their step) of the last fetch once arrived, exactly once; valid until the next fetch."""

@@ -77,6 +77,7 @@ class RequestService(CommThread):
             self._own_staged = True
             self._own_done = False
             self._cond.notify_all()
+        self._nudge()
 
     @property
     def request_payload(self) -> np.ndarray:
@@ -91,6 +92,12 @@ class RequestService(CommThread):
     def outstanding_to(self, peer: int) -> bool:
         """True while our request to ``peer`` awaits its reply (for handlers: the two requests crossed)."""
         return self._own_peer == peer and not self._own_done
+
+    @property
+    def answered(self) -> bool:
+        """True once the reply to our outstanding request arrived (``reply`` will not wait)."""
+        with self._cond:
+            return self._own_done
 
     def reply(self) -> np.ndarray:
         """Wait for the reply to our request (a buffer valid until the next ask).
