@@ -6,13 +6,16 @@ The trainer asks before each batch: ``n = worker.claim_batch(batch_size)`` is ho
 agree, with no blocking collective on an asynchronous training path:
 
 - Asynchronous strategy, sample budget: rank 0 holds the one counter. Its communication thread (a RequestService)
-  grants samples to the other ranks without rank 0's trainer; each rank reserves its next batch one batch ahead,
-  so its trainer normally finds the grant already there (when it must wait, the wait has the engine's timeout and
-  names rank 0). Rank 0's own trainer takes from the same counter under the service lock. The counter never goes
-  below 0, so the samples trained sum to the budget exactly: the last grant may be a partial batch. The stop
-  signal is the moment the counter reaches 0 (``Allowance.spent_at`` on rank 0); after it every rank trains at
-  most one more batch, the one it had reserved (``Budget(ahead=k)``: k batches reserved at a time, for steps
-  shorter than a grant's round trip; then at most 2k - 1).
+  grants samples to the other ranks without rank 0's trainer; each rank reserves its next batches ahead, so its
+  trainer normally finds the grant already there (when it must wait, the wait has the engine's timeout and names
+  rank 0). How many it reserves adapts: one batch at first, one more each time a reserved grant had not arrived
+  when the trainer needed it (steps shorter than a grant's round trip), up to ``MAX_AHEAD``; ``Budget(ahead=k)``
+  fixes it at k. Rank 0 grants at most a ``2 * ranks``-th of what is left (whole batches, at least one), so
+  reservations shrink to single batches as the budget runs out (guided self-scheduling). Rank 0's own trainer
+  takes from the same counter under the service lock. The counter never goes below 0, so the samples trained sum
+  to the budget exactly: the last grant may be a partial batch. The stop signal is the moment the counter reaches
+  0 (``Allowance.spent_at`` on rank 0); after it a rank trains only what it had reserved: at most one batch with
+  ``ahead=1``, 2k - 1 with ``ahead=k``.
 - Lockstep strategy, sample budget: no messages per step. At the first claim one allreduce sums the ranks' batch
   sizes (the job's samples per step); every rank then runs floor(samples / that) steps. The remainder, less than
   one step of the job, is not trained: the sum equals the budget when the budget is a multiple of that step.
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fast")
 
+MAX_AHEAD = 16
+"""The most batches an adaptive reservation (``Budget(ahead=None)``) grows to."""
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -52,19 +58,30 @@ class Budget:
 
     samples: int | None = None
     seconds: float | None = None
-    ahead: int = 1
-    """Asynchronous sample budget: the batches each rank reserves at a time from rank 0. With 1 every rank trains
-    at most one batch after the stop signal; a rank whose steps are shorter than a grant's round trip (a
-    millisecond or more) then waits for grants, and ``ahead=k`` makes it wait k times less often, training at most
-    2k - 1 batches after the signal."""
+    ahead: int | None = None
+    """Asynchronous sample budget: the batches each rank reserves at a time from rank 0. None (the default) adapts:
+    1 at first, one more whenever the trainer had to wait for a reserved grant, up to ``MAX_AHEAD``. ``k`` fixes it:
+    with 1 every rank trains at most one batch after the stop signal but a rank whose steps are shorter than a
+    grant's round trip (a millisecond or more; more when rank 0's trainer holds Python's GIL) waits for grants;
+    ``k`` makes it wait k times less often, training at most 2k - 1 batches after the signal."""
 
     def __post_init__(self) -> None:
         samples, seconds = check_budget(self.samples, self.seconds)
         object.__setattr__(self, "samples", samples)
         object.__setattr__(self, "seconds", seconds)
+        if self.ahead is None:
+            return
         if isinstance(self.ahead, bool) or not isinstance(self.ahead, int | np.integer) or self.ahead < 1:
-            raise ConfigError(f"Budget(ahead={self.ahead!r}): give the batches a rank reserves at a time, >= 1, e.g. 4")
+            raise ConfigError(
+                f"Budget(ahead={self.ahead!r}): give the batches a rank reserves at a time, >= 1, e.g. 4 (or None "
+                "to adapt it)"
+            )
         object.__setattr__(self, "ahead", int(self.ahead))
+
+    @property
+    def most_ahead(self) -> int:
+        """The most batches a rank may hold reserved at a time: ``ahead``, or ``MAX_AHEAD`` when it adapts."""
+        return MAX_AHEAD if self.ahead is None else self.ahead
 
     @classmethod
     def from_config(cls, config: RunConfig) -> Budget | None:
@@ -101,6 +118,11 @@ class Allowance:
         """Rank 0 under an asynchronous sample budget: the ``time.monotonic()`` at which the counter reached 0
         (the stop signal); None elsewhere or before."""
         return None if self._shared is None else self._shared.spent_at
+
+    @property
+    def ahead(self) -> int | None:
+        """Under an asynchronous sample budget, the batches this rank now reserves at a time; None elsewhere."""
+        return None if self._shared is None else self._shared.ahead
 
     def start(self) -> Allowance:
         """Collective: set up rank 0's grant service (asynchronous sample budget) and the common start."""
@@ -168,24 +190,27 @@ class SharedSamples:
 
     A rank other than 0 keeps at most one request in flight, for its next ``ahead`` batches, asked as soon as the
     previous grant arrived, and a ``credit`` of samples granted but not yet trained: at most ``2 * ahead - 1``
-    untrained batches in all, so that many at most after the stop signal (one with ``ahead`` 1).
+    untrained batches in all, so that many at most after the stop signal. ``ahead=None`` adapts (module docstring).
+    A request is (samples wanted, batch size); a reply (samples granted, samples left on rank 0's counter).
     """
 
-    def __init__(self, total: int, engine: Engine, ahead: int = 1) -> None:
+    def __init__(self, total: int, engine: Engine, ahead: int | None = None) -> None:
         self.rank, self.size = engine.rank, engine.size
-        self.ahead = ahead
+        self.adaptive = ahead is None
+        self.ahead = 1 if ahead is None else ahead
         self.remaining = total
         """Rank 0: samples not granted yet (read and written under ``lock``)."""
         self.spent_at: float | None = None
         self._credit = 0
         self._asked = 0  # size of the request in flight, 0 when none
-        self._exhausted = False  # rank 0 granted less than asked: nothing more to ask for
+        self._reserved = False  # the request in flight was asked ahead of need (a wait for it means: ask earlier)
+        self._exhausted = False  # rank 0's counter is at 0: nothing more to ask for
         self._service: RequestService | None = None
         self.lock = threading.Lock()
         if self.size > 1:
             askers = range(1, self.size) if self.rank == 0 else ()
             handler = self._answer if self.rank == 0 else None
-            self._service = RequestService(engine, askers, 1, np.int64, handler, name="budget")
+            self._service = RequestService(engine, askers, 2, np.int64, handler, name="budget")
             self.lock = self._service.lock
 
     def claim(self, batch_size: int) -> int:
@@ -194,12 +219,12 @@ class SharedSamples:
                 return self._take(batch_size)
         while self._credit < batch_size and not self._exhausted:  # twice only when the batch size grew
             if not self._asked:
-                self._ask(batch_size - self._credit)
+                self._ask(batch_size - self._credit, batch_size, reserved=False)
             self._collect()
         granted = min(batch_size, self._credit)
         self._credit -= granted
         if not self._exhausted and not self._asked:
-            self._ask(batch_size * self.ahead)  # the next claim normally finds its grant there
+            self._ask(batch_size * self.ahead, batch_size, reserved=True)  # the next claims normally find it there
         return granted
 
     def close(self) -> None:
@@ -217,18 +242,23 @@ class SharedSamples:
         return granted
 
     def _answer(self, peer: int, request: np.ndarray, reply: np.ndarray) -> None:
-        reply[0] = self._take(max(0, int(request[0])))
+        wanted, batch = max(0, int(request[0])), max(1, int(request[1]))
+        share = self.remaining // (2 * self.size)
+        reply[0] = self._take(min(wanted, max(batch, share - share % batch)))
+        reply[1] = self.remaining
 
     # other ranks ----------------------------------------------------------------------------------------------------
-    def _ask(self, wanted: int) -> None:
-        self._service.ask(0, np.array([wanted], dtype=np.int64))
-        self._asked = wanted
+    def _ask(self, wanted: int, batch_size: int, reserved: bool) -> None:
+        self._service.ask(0, np.array([wanted, batch_size], dtype=np.int64))
+        self._asked, self._reserved = wanted, reserved
 
     def _collect(self) -> None:
         """Add the grant in flight to the credit, waiting for it if it has not arrived."""
-        granted = int(self._service.reply()[0])  # PeerTimeout naming rank 0 after the engine's timeout
-        self._credit += granted
-        self._exhausted = granted < self._asked
+        if self.adaptive and self._reserved and not self._service.answered and self.ahead < MAX_AHEAD:
+            self.ahead += 1  # the reservation was too short for the round trip
+        reply = self._service.reply()  # PeerTimeout naming rank 0 after the engine's timeout
+        self._credit += int(reply[0])
+        self._exhausted = int(reply[1]) == 0
         self._asked = 0
 
 

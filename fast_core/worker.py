@@ -213,7 +213,7 @@ class Worker:
             return None
         if self.budget.samples is None or self.budget.seconds is not None:
             return 0
-        reserved = 2 * self.budget.ahead * self.size * batch_size
+        reserved = 2 * self.budget.most_ahead * self.size * batch_size
         return max(0, (self.budget.samples - reserved) // job_pass)
 
     # the consensus model ------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ step; no assertion is on an absolute time.
 
 The stop signal of an asynchronous sample budget is the moment rank 0's counter reached 0 (``spent_at``, a
 ``time.monotonic()`` reading: one clock for the threads of a LocalCluster and for the processes of one machine);
-after it a rank may train only the batches it had reserved: one (``ahead=1``, the default), at most 2k - 1 with
-``ahead=k``.
+after it a rank may train only the batches it had reserved: one with ``ahead=1``, at most 2k - 1 with ``ahead=k``
+(adaptive, the default: k is the rank's reservation at the end, which only grows).
 """
 
 from __future__ import annotations
@@ -54,8 +54,11 @@ def _per_rank(engine: Engine, value: float) -> np.ndarray:
 
 def case_asynchronous_sample_budget_is_shared_exactly_and_stops_every_rank_within_one_step(engine: Engine) -> None:
     samples = BATCH * 25 * engine.size + 5  # not a multiple of the batch: one grant in the job is partial
-    for strategy, ahead in (("async:ring", 1), ("adpsgd:ring", 1), ("async:ring", 3)):
+    for strategy, ahead in (("async:ring", 1), ("adpsgd:ring", 1), ("async:ring", 3), ("async:ring", None)):
         worker, claims = _train(engine, strategy, Budget(samples=samples, ahead=ahead))
+        if ahead is None:  # adaptive: bounded by the reservation the rank grew to (rank 0 reserves nothing: 1)
+            ahead = worker.allowance.ahead
+        assert engine.rank == 0 or worker.allowance.ahead == ahead, (strategy, ahead, worker.allowance.ahead)
         granted = [n for _, n in claims]
         assert worker.step == len(granted) - 1 and sum(granted) == worker.metrics.samples, (strategy, granted)
         assert worker.metrics.job_samples == samples, (strategy, worker.metrics.job_samples)

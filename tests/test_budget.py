@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from fast_cli import fast
 
 from fast_core import Budget, ConfigError, LocalCluster, Worker
+from fast_core.budget import MAX_AHEAD, SharedSamples
 from fast_core.cli import main as fast_main
 from fast_core.config import RunConfig
 from fast_core.numpy_model import SGD, SoftmaxRegression
@@ -37,7 +39,7 @@ from fast_core.runlog import read_run
         ({"seconds": math.inf}, r"Budget\(seconds=inf\)"),
         ({"samples": 100, "seconds": "abc"}, r"Budget\(seconds='abc'\)"),
         ({"samples": 100, "ahead": 0}, r"Budget\(ahead=0\)"),
-        ({"samples": 100, "ahead": None}, r"Budget\(ahead=None\)"),
+        ({"samples": 100, "ahead": 2.5}, r"Budget\(ahead=2.5\)"),
     ],
 )
 def test_a_bad_budget_is_one_line_naming_the_field_and_a_valid_spelling(kwargs, field) -> None:
@@ -49,7 +51,8 @@ def test_a_bad_budget_is_one_line_naming_the_field_and_a_valid_spelling(kwargs, 
 def test_a_budget_keeps_its_values() -> None:
     assert Budget(samples=np.int64(20000)) == Budget(samples=20000)
     assert Budget(seconds=2).seconds == 2.0 and Budget(samples=10, seconds=1.5) == Budget(10, 1.5)
-    assert Budget(samples=10).ahead == 1 and Budget(samples=10, ahead=np.int64(4)).ahead == 4
+    assert Budget(samples=10).ahead is None and Budget(samples=10).most_ahead == MAX_AHEAD  # adapts by default
+    assert Budget(samples=10, ahead=np.int64(4)).ahead == 4 == Budget(samples=10, ahead=4).most_ahead
 
 
 @pytest.mark.parametrize(
@@ -103,6 +106,34 @@ def test_the_worker_takes_the_configurations_budget(monkeypatch) -> None:
     assert Worker(_model(), "allreduce", LocalCluster(1).engine(0), budget=Budget(seconds=9)).budget == Budget(
         seconds=9
     )  # one given in code wins over the configuration's
+
+
+def test_a_rank_whose_grants_come_late_reserves_more_batches_and_the_sum_stays_exact(monkeypatch) -> None:
+    """Rank 0's grants take 5 ms (a slow handler) while the other ranks' steps take microseconds (rank 0's 2 ms, so
+    it does not spend the budget alone): reservations arrive late, so those ranks reserve more at a time (up to
+    MAX_AHEAD), and the job still trains exactly the budget."""
+    answer = SharedSamples._answer
+
+    def slow_answer(self, peer, request, reply) -> None:
+        time.sleep(0.005)
+        answer(self, peer, request, reply)
+
+    monkeypatch.setattr(SharedSamples, "_answer", slow_answer)
+    samples = 8 * 60 * 3 + 5
+
+    def train(engine) -> tuple[int, int, int | None]:
+        worker = Worker(_model(), "async:ring", engine, observers=[], budget=Budget(samples=samples)).start()
+        while worker.claim_batch(8):
+            time.sleep(0.002 if engine.rank == 0 else 0.0)
+            worker.before_step()
+            worker.after_step()
+        worker.close()
+        return worker.metrics.samples, worker.metrics.job_samples, worker.allowance.ahead
+
+    results = LocalCluster(3).run(train)
+    assert all(mine > 0 for mine, _, _ in results) and sum(mine for mine, _, _ in results) == samples
+    assert {job for _, job, _ in results} == {samples}
+    assert results[0][2] == 1 and all(1 < ahead <= MAX_AHEAD for _, _, ahead in results[1:]), results
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5, True])

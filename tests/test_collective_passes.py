@@ -28,9 +28,10 @@ def _worker(strategy: str, budget: Budget | None, size: int = 4) -> Worker:
         ("allreduce", Budget(samples=10_000), None),  # lockstep: every pass, all ranks run the same steps
         ("fast:torus,synchronous=true", Budget(seconds=5.0), None),
         ("async:ring", None, None),  # no budget: each rank trains its own shard the same number of times
-        ("async:ring", Budget(samples=3 * 1280), 2),  # E global epochs: the first E - 1
+        ("async:ring", Budget(samples=3 * 1280, ahead=1), 2),  # E global epochs: the first E - 1
         ("async:ring", Budget(samples=3 * 1280, ahead=4), 2),
-        ("async:ring", Budget(samples=3 * 1280 + 200), 3),  # room for the reservations past 3 passes
+        ("async:ring", Budget(samples=3 * 1280 + 200, ahead=1), 3),  # room for the reservations past 3 passes
+        ("async:ring", Budget(samples=4 * 1280), 2),  # adaptive: reservations of up to MAX_AHEAD (16) batches
         ("async:ring", Budget(samples=1280), 0),
         ("fast:torus", Budget(seconds=5.0), 0),  # when the time is up is unknown in passes
         ("fast:torus", Budget(samples=3 * 1280, seconds=5.0), 0),
@@ -38,6 +39,7 @@ def _worker(strategy: str, budget: Budget | None, size: int = 4) -> Worker:
 )
 def test_collective_passes(strategy: str, budget: Budget | None, expected: int | None) -> None:
     # 4 ranks, batch 16, a global epoch of 1280 samples (20 batches per rank); reserved: 2 x ahead x 4 x 16
+    # (ahead: MAX_AHEAD when it adapts)
     assert _worker(strategy, budget).collective_passes(1280, 16) == expected
 
 
@@ -49,7 +51,7 @@ def test_fast_restarts_after_the_sure_passes_end_without_a_hang_under_a_straggle
         shard = shards[engine.rank][:320]  # 20 batches per pass on every rank
         model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
         job_pass = len(shard) * size
-        worker = Worker(model, "fast:torus", engine, observers=[], budget=Budget(samples=epochs * job_pass))
+        worker = Worker(model, "fast:torus", engine, observers=[], budget=Budget(samples=epochs * job_pass, ahead=1))
         worker.start()
         restarts = worker.collective_passes(job_pass, batch_size)
         done = passes = 0

@@ -60,8 +60,10 @@ def check_strategy(spec: str | None, topology: str | None, workers: int) -> Stra
     if topology:
         make_topology(topology, workers)
         if not topology_used(config):
-            warn(f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
-                 "topology or takes none")
+            warn(
+                f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
+                "topology or takes none"
+            )
     return strategy
 
 
