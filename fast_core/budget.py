@@ -19,6 +19,9 @@ agree, with no blocking collective on an asynchronous training path:
 - Lockstep strategy, sample budget: no messages per step. At the first claim one allreduce sums the ranks' batch
   sizes (the job's samples per step); every rank then runs floor(samples / that) steps. The remainder, less than
   one step of the job, is not trained: the sum equals the budget when the budget is a multiple of that step.
+- A lockstep warm-up, then an asynchronous strategy (``warmup=W``, a ``Schedule``): the warm-up's steps count as
+  lockstep ones (``Strategy.lockstep_steps``); at the first asynchronous step, which every rank reaches together,
+  rank 0's counter starts with what the warm-up left. A lockstep phase after an asynchronous one is refused.
 - Seconds: each rank's clock, from a barrier at the start. Asynchronous: a rank stops at its first claim after the
   deadline. Lockstep: one 8-byte allreduce per claim (the ranks' largest elapsed time) so all stop at the same
   step; lockstep strategies wait for each other every step anyway.
@@ -102,14 +105,19 @@ class Allowance:
     """One rank's account of a Budget while it trains: ``start`` and ``close`` are collective; ``claim`` before
     each batch. ``engine`` is the worker's (metered) engine."""
 
-    def __init__(self, budget: Budget, engine: Engine, lockstep: bool) -> None:
+    def __init__(self, budget: Budget, engine: Engine, lockstep_steps: float, first_step: int = 0) -> None:
         self.budget = budget
         self.engine = engine
-        self.lockstep = lockstep
+        self.lockstep_steps = lockstep_steps
+        """Steps from ``first_step`` in which every rank runs in lockstep (``Strategy.lockstep_steps``): counted
+        without messages; after them (an all-reduce warm-up ended) the ranks share rank 0's counter."""
+        self.first_step = first_step
         self.spent = False
         """True once a claim returned 0: every later claim returns 0 at once."""
         self._shared: SharedSamples | None = None
         self._steps_left: int | None = None  # lockstep sample budget, fixed at the first claim
+        self._job_step = 0  # the job's samples per lockstep step
+        self._lockstep_samples = 0  # samples the job trained in lockstep steps (the same count on every rank)
         self.started = 0.0
         """``time.monotonic()`` at the common start (after ``start``): a seconds budget is measured from it."""
 
@@ -126,18 +134,20 @@ class Allowance:
 
     def start(self) -> Allowance:
         """Collective: set up rank 0's grant service (asynchronous sample budget) and the common start."""
-        if self.budget.samples is not None and not self.lockstep:
+        if self.budget.samples is not None and self.lockstep_steps == 0:
             self._shared = SharedSamples(self.budget.samples, self.engine, self.budget.ahead)
         if self.budget.seconds is not None:
             self.engine.barrier()  # the common start every rank's clock measures from
         self.started = time.monotonic()
         return self
 
-    def claim(self, batch_size: int) -> int:
-        """Samples to train in the next batch (at most ``batch_size``), 0 once the budget is spent."""
+    def claim(self, batch_size: int, step: int) -> int:
+        """Samples to train in the next batch (at most ``batch_size``), 0 once the budget is spent; ``step`` is the
+        worker's step about to run (it tells a lockstep warm-up from what follows)."""
         if self.spent:
             return 0
-        granted = 0 if self._out_of_time() else self._samples(batch_size)
+        lockstep = step - self.first_step < self.lockstep_steps
+        granted = 0 if self._out_of_time(lockstep) else self._samples(batch_size, lockstep)
         self.spent = granted == 0
         return granted
 
@@ -152,24 +162,28 @@ class Allowance:
         return int(total[0])
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _out_of_time(self) -> bool:
+    def _out_of_time(self, lockstep: bool) -> bool:
         if self.budget.seconds is None:
             return False
         elapsed = np.array([time.monotonic() - self.started])
-        if self.lockstep:
+        if lockstep:
             self.engine.allreduce(elapsed, op="max")  # every rank stops at the same step
         return bool(elapsed[0] >= self.budget.seconds)
 
-    def _samples(self, batch_size: int) -> int:
+    def _samples(self, batch_size: int, lockstep: bool) -> int:
         if self.budget.samples is None:
             return batch_size
-        if self._shared is not None:
+        if not lockstep:
+            if self._shared is None:  # the first step after a lockstep warm-up: every rank is at this same step
+                left = self.budget.samples - self._lockstep_samples
+                self._shared = SharedSamples(left, self.engine, self.budget.ahead)
             return self._shared.claim(batch_size)
         if self._steps_left is None:
             self._steps_left = self._lockstep_steps(batch_size)
         if self._steps_left == 0:
             return 0
         self._steps_left -= 1
+        self._lockstep_samples += self._job_step
         return batch_size
 
     def _lockstep_steps(self, batch_size: int) -> int:
@@ -177,6 +191,7 @@ class Allowance:
         per_step = np.array([batch_size], dtype=np.int64)
         self.engine.allreduce(per_step)
         samples, job_step = self.budget.samples, int(per_step[0])
+        self._job_step = job_step
         if samples < job_step:
             raise ConfigError(
                 f"Budget(samples={samples}) is less than one step of this job ({job_step} samples over "

@@ -10,6 +10,7 @@ its observers (reporter, straggler) what happens. It reads no environment variab
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -77,6 +78,11 @@ class Worker:
         self.budget = budget if budget is not None else Budget.from_config(config)
         self.allowance: Allowance | None = None
         self._claim: tuple[int, int] | None = None  # (step, samples) of the last claim_batch
+        self.step_compute = 0.0
+        """Seconds of this step's compute: from the last step's end (or an epoch's end, or the start) to its gradient
+        hook, so forward, backward and data loading. Measured once here, before ``on_compute_end``, for every
+        observer (the Reporter sums it, the relative Straggler stretches it)."""
+        self._compute_from = time.perf_counter()
 
     @property
     def layout(self):
@@ -103,20 +109,23 @@ class Worker:
         """Check every rank holds the same model, give all the same start, and let the strategy set up."""
         if self._started:
             return self
+        lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank
         check_same_layout(self.layout, self.engine)
         if self._broadcast_start:
             collectives.broadcast_params(self.model, self.engine, root=0)
         self.strategy.setup(self.context)
         if self.budget is not None:  # collective, like the rest of start
-            self.allowance = Allowance(self.budget, self.context.engine, self.strategy.lockstep).start()
+            self.allowance = Allowance(self.budget, self.context.engine, lockstep_steps, first_step=self.step).start()
         self.started_at = self.allowance.started if self.allowance is not None else time.monotonic()
         self._started = True
+        self._compute_from = time.perf_counter()
         self._notify("on_start")
         return self
 
     def before_step(self) -> None:
         """Hook between backward and the optimizer step (gradient strategies act here)."""
         self._ensure_started()
+        self.step_compute = time.perf_counter() - self._compute_from
         self._notify("on_compute_end")
         if self.uneven_inputs and self.strategy.lockstep:
             collectives.count_active(self.engine, True)
@@ -130,6 +139,7 @@ class Worker:
         if self.log_every and self.step % self.log_every == 0:
             data = self.metrics.as_dict()
             log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
+        self._compute_from = time.perf_counter()
         self._notify("on_step_end")
 
     def run_step(self, update: Callable[[], object] | None = None) -> None:
@@ -168,6 +178,7 @@ class Worker:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
         self._ensure_started()
         self.strategy.end_epoch(self.context, metric)
+        self._compute_from = time.perf_counter()  # the epoch's evaluation is not a step's compute
         self._notify("on_epoch_end")
 
     def close(self) -> None:
@@ -196,7 +207,7 @@ class Worker:
         batch_size = check_batch_size(batch_size)
         if self._claim is not None and self._claim[0] == self.step:
             return self._claim[1]
-        granted = self.allowance.claim(batch_size) if self.allowance is not None else batch_size
+        granted = self.allowance.claim(batch_size, self.step) if self.allowance is not None else batch_size
         self.metrics.samples += granted
         self._claim = (self.step, granted)
         return granted
@@ -209,7 +220,7 @@ class Worker:
         the ranks' speeds; while a rank waits after pass k, the job has trained at most k global epochs plus the
         batches the ranks reserved (two per rank and ``ahead``), so k <= (samples - that) / job_pass; 0 when the
         budget has seconds (the ranks' passes when time is up are unknown)."""
-        if self.strategy.lockstep or self.budget is None:
+        if self.budget is None or math.isinf(self.strategy.lockstep_steps()):
             return None
         if self.budget.samples is None or self.budget.seconds is not None:
             return 0
@@ -238,6 +249,7 @@ class Worker:
     def record_epoch(self, **values: float) -> None:
         """One "epoch" record now, e.g. ``record_epoch(val_accuracy=0.93, loss=0.2)``, with the metrics and the
         last consensus distance computed (epochs are counted unless ``epoch=`` is given)."""
+        self._compute_from = time.perf_counter()  # the epoch's evaluation is not a step's compute
         self._notify("on_record", "epoch", values)
 
     def record_consensus(self, **values: float) -> None:

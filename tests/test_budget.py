@@ -22,6 +22,7 @@ from fast_core.cli import main as fast_main
 from fast_core.config import RunConfig
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.runlog import read_run
+from fast_core.strategies import Schedule
 
 
 @pytest.mark.parametrize(
@@ -134,6 +135,33 @@ def test_a_rank_whose_grants_come_late_reserves_more_batches_and_the_sum_stays_e
     assert all(mine > 0 for mine, _, _ in results) and sum(mine for mine, _, _ in results) == samples
     assert {job for _, job, _ in results} == {samples}
     assert results[0][2] == 1 and all(1 < ahead <= MAX_AHEAD for _, _, ahead in results[1:]), results
+
+
+def test_an_allreduce_warmup_counts_its_steps_then_the_ranks_share_the_rest() -> None:
+    """warmup=W: W lockstep steps (no messages for the budget), then rank 0's counter holds what they left; the
+    slow rank 0 does fewer of the asynchronous steps and the sum is still the budget."""
+    samples, warmup = 8 * 4 * 30 + 5, 10
+
+    def train(engine) -> tuple[int, int, int]:
+        worker = Worker(_model(), f"async:ring,warmup={warmup}", engine, observers=[], budget=Budget(samples=samples))
+        worker.start()
+        while worker.claim_batch(8):
+            time.sleep(0.004 if engine.rank == 0 else 0.001)
+            worker.before_step()
+            worker.after_step()
+        worker.close()
+        return worker.step, worker.metrics.samples, worker.metrics.job_samples
+
+    results = LocalCluster(4).run(train)
+    steps = [step for step, _, _ in results]
+    assert sum(mine for _, mine, _ in results) == samples and {job for _, _, job in results} == {samples}
+    assert min(steps) > warmup and steps[0] < min(steps[1:]), steps  # after the warm-up the fast ranks did more
+
+
+def test_a_lockstep_phase_after_an_asynchronous_one_is_refused_under_a_budget() -> None:
+    schedule = Schedule([(5, "async:ring"), (None, "allreduce")])
+    with pytest.raises(ConfigError, match=r"lockstep phases must come before its asynchronous ones: phase 0"):
+        Worker(_model(), schedule, LocalCluster(1).engine(0), observers=[], budget=Budget(samples=100)).start()
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5, True])

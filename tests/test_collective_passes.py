@@ -32,6 +32,7 @@ def _worker(strategy: str, budget: Budget | None, size: int = 4) -> Worker:
         ("async:ring", Budget(samples=3 * 1280, ahead=4), 2),
         ("async:ring", Budget(samples=3 * 1280 + 200, ahead=1), 3),  # room for the reservations past 3 passes
         ("async:ring", Budget(samples=4 * 1280), 2),  # adaptive: reservations of up to MAX_AHEAD (16) batches
+        ("async:ring,warmup=30", Budget(samples=3 * 1280, ahead=1), 2),  # asynchronous after its warm-up
         ("async:ring", Budget(samples=1280), 0),
         ("fast:torus", Budget(seconds=5.0), 0),  # when the time is up is unknown in passes
         ("fast:torus", Budget(samples=3 * 1280, seconds=5.0), 0),

@@ -10,6 +10,7 @@ cycles through all its peers.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ class Strategy:
     name = "strategy"
     lockstep: bool = True
     uses_gradients: bool = False
+
+    def lockstep_steps(self) -> float:
+        """How many steps from this strategy's start every rank runs in lockstep (a shared budget counts those
+        without messages and shares a counter after them): ``inf`` when lockstep, 0 when asynchronous."""
+        return math.inf if self.lockstep else 0
 
     def setup(self, ctx: StepContext) -> None:
         """Allocate buffers and start whatever communication precedes the first step."""

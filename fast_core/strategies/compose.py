@@ -12,6 +12,7 @@ exponential graph still cycles through all its peers (D-PSGD and SGP index their
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,9 @@ class Every(Strategy):
     @property
     def lockstep(self) -> bool:
         return self.inner.lockstep
+
+    def lockstep_steps(self) -> float:
+        return self.inner.lockstep_steps()  # the inner strategy follows the same steps
 
     @property
     def uses_gradients(self) -> bool:
@@ -146,6 +150,25 @@ class Schedule(Strategy):
     @property
     def lockstep(self) -> bool:
         return any(strategy.lockstep for _, strategy in self.phases)
+
+    def lockstep_steps(self) -> float:
+        """The steps of the leading lockstep phases (all-reduce warm-up, then asynchronous). A lockstep phase after
+        an asynchronous one is refused: the ranks' step counts part there, so under a shared budget some would stop
+        before the switch and the others wait for them at the lockstep phase."""
+        steps = 0.0
+        for index, (phase_steps, strategy) in enumerate(self.phases):
+            inner = strategy.lockstep_steps()
+            if inner < (math.inf if phase_steps is None else phase_steps):
+                later = [s for _, s in self.phases[index + 1 :] if s.lockstep]
+                if later:
+                    raise ConfigError(
+                        f"under a shared budget a Schedule's lockstep phases must come before its asynchronous "
+                        f"ones: phase {index} ({strategy.name}) is asynchronous and a later one ({later[0].name}) "
+                        "is lockstep, e.g. Schedule([(100, 'allreduce'), (None, 'async:ring')])"
+                    )
+                return steps + inner
+            steps += phase_steps if phase_steps is not None else math.inf
+        return steps
 
     @property
     def uses_gradients(self) -> bool:
