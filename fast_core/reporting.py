@@ -62,24 +62,20 @@ class Reporter(Observer):
         self._last_step = -1
         self._step_time = 0.0  # seconds from the start to the end of the last step (closing may wait for peers)
         self._wall_stop: float | None = None  # time.time() at the end of the last step
-        self._compute = 0.0  # seconds from steps' ends to their next gradient hook, summed
+        self._compute = 0.0  # the worker's step_compute, summed
         self._start = time.perf_counter()
-        self._mark = self._start
 
     # Worker events -----------------------------------------------------------------------------------------------
     def on_start(self, worker: Worker) -> None:
         wall = time.time()
-        self._start = self._mark = time.perf_counter()
+        self._start = time.perf_counter()
         if self._progress:
             self._bar = ProgressBar(self._label or worker.strategy.name)
         meta = {"size": worker.size, "strategy": repr(worker.strategy), "host": socket.gethostname()}
         self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every, "wall_start": wall})
 
     def on_compute_end(self, worker: Worker) -> None:
-        self._compute += time.perf_counter() - self._mark  # before a straggler's sleep: observers run in order
-
-    def on_epoch_end(self, worker: Worker) -> None:
-        self._mark = time.perf_counter()  # the epoch's evaluation is not a step's compute
+        self._compute += worker.step_compute  # measured before any observer ran: a straggler's sleep is not in it
 
     def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
         if kind == "step":
@@ -87,7 +83,6 @@ class Reporter(Observer):
             return
         if kind == "epoch":
             self._epochs += 1
-            self._mark = time.perf_counter()
             values = {"epoch": self._epochs, **values}
         self._emit(worker, kind, values)  # "result", and any other kind (e.g. "consensus") as its own record
 
@@ -100,9 +95,9 @@ class Reporter(Observer):
                 self._counts[key] = self._counts.get(key, 0) + 1
 
     def on_step_end(self, worker: Worker) -> None:
-        self._mark = time.perf_counter()
+        now = time.perf_counter()
         self._wall_stop = time.time()  # read after the step clock, as wall_start before it: the job's span holds it
-        self._step_time = self._mark - self._start
+        self._step_time = now - self._start
         if self._bar is not None:
             self._bar.update()
         if worker.step % self.every == 0:

@@ -42,7 +42,8 @@ __all__ = [
 
 
 class Straggler(Observer):
-    """Stretches each step: ``restart()`` when a step ends, ``slow_down()`` when the next one's compute has ended.
+    """Stretches each step once its compute has ended (``on_compute_end``), by the worker's measure of that compute
+    (``Worker.step_compute``: from the last step's end to the gradient hook, evaluations excluded).
 
     ``Straggler(3.0)`` is the relative form; ``Straggler(seconds=0.02)`` the fixed one. ``slept`` and ``steps``
     count what it did (the Reporter copies ``slept`` into the "close" record).
@@ -57,7 +58,6 @@ class Straggler(Observer):
         self.seconds = seconds
         self.slept = 0.0
         self.steps = 0
-        self.restart()
 
     @classmethod
     def for_rank(cls, config: RunConfig, rank: int, size: int) -> Straggler | None:
@@ -73,37 +73,16 @@ class Straggler(Observer):
             return cls(seconds=config.straggler_seconds) if config.straggler_seconds > 0 else None
         return cls(config.straggler) if config.straggler != 1.0 else None
 
-    def restart(self) -> None:
-        """Start timing the compute of the next step (after a step, an epoch end, or the worker's start)."""
-        self._mark = time.perf_counter()
-
-    def slow_down(self) -> None:
-        """Sleep the fixed seconds, or ``factor - 1`` times the compute measured since ``restart``."""
-        if self.seconds is not None:
-            pause = self.seconds
-        else:
-            pause = (self.factor - 1.0) * (time.perf_counter() - self._mark)
+    def slow_down(self, compute_seconds: float) -> None:
+        """Sleep the fixed seconds, or ``factor - 1`` times ``compute_seconds`` (the step's compute)."""
+        pause = self.seconds if self.seconds is not None else (self.factor - 1.0) * compute_seconds
         self.steps += 1
         if pause > 0:
             time.sleep(pause)
             self.slept += pause
 
-    # as an observer: compute is what happens between a step's end and the next step's gradient hook ---------------
-    def on_start(self, worker: Worker) -> None:
-        self.restart()
-
     def on_compute_end(self, worker: Worker) -> None:
-        self.slow_down()
-
-    def on_step_end(self, worker: Worker) -> None:
-        self.restart()
-
-    def on_epoch_end(self, worker: Worker) -> None:
-        self.restart()  # the epoch's evaluation is not compute to stretch
-
-    def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
-        if kind == "epoch":
-            self.restart()
+        self.slow_down(worker.step_compute)
 
 
 def straggler_from_environment(rank: int, size: int) -> Straggler | None:
