@@ -87,7 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--features", type=int, default=4096, help="random ReLU features (0: the 64 raw pixels)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.5, help="SGD learning rate")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds over all strategies; medians reported")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over all strategies; medians reported")
     parser.add_argument("--out", type=Path, help="Markdown file whose strategies section is written or replaced")
     args = parser.parse_args(argv)
     args.strategies = args.strategies or default_strategies()
