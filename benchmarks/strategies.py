@@ -417,7 +417,7 @@ def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: i
             f"rank {args.straggler_rank} sleeps {args.straggler:g}x as long ({args.compute_ms * args.straggler:g} "
             f"ms): the same {args.compute_ms * (args.straggler - 1):g} ms more per step under every strategy. "
             "Job wall-clock: from the earliest rank's start (after the worker's collective start and a barrier) "
-            "to the last rank's stop (its last step's end); job samples/s: the budget's samples over that "
+            "to the last rank's stop (its last step's end); job samples/s: all ranks' samples over that "
             "wall-clock; kept = job samples/s with the straggler / without. Per-rank steps/s (each rank's steps "
             "over its own time), kB sent, wait while training and staleness (steps behind of what a rank mixed) "
             "are means over the ranks other than the straggler, per step of each. Final accuracy: the test "
