@@ -456,7 +456,7 @@ def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: i
             f"as long ({args.compute_ms * args.straggler:g} ms): the same {args.compute_ms * (args.straggler - 1):g} "
             "ms more per step under every system, outside DDP's backward. Job wall-clock: from the earliest rank's "
             "start (after the worker's start and a barrier) to the last rank's stop (its last step's end); job "
-            "samples/s: the budget's samples over that wall-clock; vs DDP divides by DDP's under the same "
+            "samples/s: all ranks' samples over that wall-clock; vs DDP divides by DDP's under the same "
             "condition. Every rank keeps a copy of its parameters every "
             f"{args.every_ms:g} ms from its start; after the run the copies of each point are averaged and rank 0 "
             "evaluates the average, so s to target is the first point at which the consensus model (the mean of "
