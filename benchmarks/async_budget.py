@@ -20,10 +20,10 @@ import argparse
 import datetime
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from job_figures import Job, RankSpan, gather_job
 from mpi4py import MPI
 from report import command_line, markers, write_section
 from strategies import Task, batch_stream, load_task
@@ -52,20 +52,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-@dataclass
-class Result:
-    """One run, seen from rank 0: the consensus model's test accuracy over time, and the job's figures."""
-
-    times: np.ndarray  # seconds from the common start of each snapshot every rank reached
-    accuracy: np.ndarray  # the consensus model's test accuracy at those times
-    distance: np.ndarray  # consensus distance (1/N) sum ||x_i - mean||^2 at those times
-    final_accuracy: float  # the consensus model at the end
-    wall: float  # job wall-clock: common start to the last rank's stop
-    samples: int  # summed over ranks (the budget)
-    steps: list[int]  # per rank
-
-
-def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, total_train: int) -> Result | None:
+def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, total_train: int) -> Job | None:
     rank, size = comm.Get_rank(), comm.Get_size()
     engine = fast_core.mpi_engine(comm)
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
@@ -73,10 +60,9 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, to
     worker = fast_core.Worker(model, spec, engine, budget=budget, observers=[]).start()
     sleep = args.compute_ms / 1e3 * (args.straggler if rank == size - 1 else 1.0)
     stream = batch_stream(task, args.batch_size, seed=rank)
-    snapshots: list[np.ndarray] = []
+    span = RankSpan(params=model.params, every_s=args.every_ms / 1e3)
     comm.Barrier()
-    start = time.perf_counter()
-    next_snapshot = args.every_ms / 1e3
+    span.start()
     steps = 0
     while (n := worker.claim_batch(args.batch_size)) > 0:
         x, y = next(stream)
@@ -85,50 +71,16 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, to
         worker.before_step()
         model.optimizer_step()
         worker.after_step()
+        span.step_end()
         steps += 1
-        while time.perf_counter() - start >= next_snapshot:
-            snapshots.append(np.array(model.params(), dtype=np.float64))
-            next_snapshot += args.every_ms / 1e3
-    stopped = time.perf_counter() - start
     worker.close()
     final = worker.average_params()
-    count = np.array([len(snapshots)], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, count, op=MPI.MIN)  # points every rank reached
-    k = int(count[0])
-    mine = np.stack(snapshots[:k]) if k else np.zeros((0, final.size))
-    table = np.empty((size, *mine.shape)) if rank == 0 else None
-    comm.Gather(np.ascontiguousarray(mine), table, root=0)
-    numbers = np.array([stopped, worker.metrics.samples, steps], dtype=np.float64)
-    per_rank = np.empty((size, 3)) if rank == 0 else None
-    comm.Gather(numbers, per_rank, root=0)
-    if rank != 0:
-        return None
-    mean = table.mean(axis=0)  # (k, parameters): the consensus model at each point
-    accuracy = np.array([model.accuracy(task.x_test, task.y_test, m) for m in mean])
-    distance = ((table - mean) ** 2).sum(axis=2).mean(axis=0)
-    wall = float(per_rank[:, 0].max())
-    final_accuracy = model.accuracy(task.x_test, task.y_test, final)
-    # the curve ends with the final consensus model, at the last rank's stop
-    times = np.append((np.arange(k) + 1) * args.every_ms / 1e3, wall)
-    accuracy = np.append(accuracy, final_accuracy)
-    return Result(
-        times,
-        accuracy,
-        distance,
-        final_accuracy,
-        wall,
-        int(per_rank[:, 1].sum()),
-        [int(s) for s in per_rank[:, 2]],
+    return gather_job(
+        comm, span, worker.metrics.samples, steps, final, lambda p: model.accuracy(task.x_test, task.y_test, p)
     )
 
 
-def time_to(result: Result, target: float) -> float | None:
-    """First snapshot time at which the consensus model's test accuracy reached ``target``."""
-    reached = np.flatnonzero(result.accuracy >= target)
-    return float(result.times[reached[0]]) if reached.size else None
-
-
-def report(args: argparse.Namespace, results: dict[str, list[Result]], size: int) -> str:
+def report(args: argparse.Namespace, results: dict[str, list[Job]], size: int) -> str:
     base = results.get("allreduce")
     target = statistics.median(r.final_accuracy for r in base) - 0.005 if base else None
     base_wall = statistics.median(r.wall for r in base) if base else None
@@ -153,7 +105,7 @@ def report(args: argparse.Namespace, results: dict[str, list[Result]], size: int
     ]
     for spec, runs in results.items():
         wall = statistics.median(r.wall for r in runs)
-        reached = [time_to(r, target) for r in runs] if target is not None else []
+        reached = [r.time_to(target) for r in runs] if target is not None else []
         reached_ok = [t for t in reached if t is not None]
         to_target = statistics.median(reached_ok) if len(reached_ok) == len(runs) and runs else None
         ratio = f"{wall / base_wall:.2f}" if base_wall else "–"
@@ -175,7 +127,7 @@ def main() -> None:
     rank, size = comm.Get_rank(), comm.Get_size()
     task = load_task(rank, size, args.features)
     total_train = int(comm.allreduce(len(task.y_train)))
-    results: dict[str, list[Result]] = {spec: [] for spec in args.strategies}
+    results: dict[str, list[Job]] = {spec: [] for spec in args.strategies}
     for round_ in range(args.repeats):
         for spec in args.strategies:
             result = run_once(comm, spec, task, args, total_train)

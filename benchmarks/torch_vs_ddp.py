@@ -1,4 +1,4 @@
-"""fast_torch against PyTorch DistributedDataParallel: the same model, data and steps, in one MPI job.
+"""fast_torch against PyTorch DistributedDataParallel: the same model, data and work budget, in one MPI job.
 
 Every rank trains the same MLP (float32, a few hundred thousand parameters) on its own shard of scikit-learn's
 digits, once with ``torch.nn.parallel.DistributedDataParallel`` on the gloo backend and once per fast_core strategy
@@ -7,10 +7,13 @@ through ``fast_torch.DistributedOptimizer``, each without and with one straggler
 chosen by rank 0 and broadcast with MPI), so the runs interleave — DDP, the FAST strategies, DDP again, ... — and
 machine noise hits both alike. The real computation per step is about a millisecond, so each step first sleeps
 ``--compute-ms`` to stand in for a larger model's forward and backward pass (a sleep leaves the CPU free, which
-keeps 4 ranks on 2 cores fair); the straggler sleeps ``--straggler`` times as long.
+keeps 4 ranks on 2 cores fair); the straggler sleeps ``--straggler`` times as long, the same seconds per step
+under every system. Every run trains the same shared budget of ``--epochs`` global epochs. Figures are the job's
+(benchmarks/job_figures.py): wall-clock from the common start to the last rank's stop, samples/s over it, time to
+target and final accuracy of the consensus (averaged) model; per-rank rates are named so.
 
     OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py benchmarks/torch_vs_ddp.py --out docs/benchmarks.md
-    ... benchmarks/torch_vs_ddp.py --system ddp --system allreduce --steps 100 --repeats 1
+    ... benchmarks/torch_vs_ddp.py --system ddp --system allreduce --epochs 2 --repeats 1
 
 ``--system`` may be repeated: ``ddp`` is DistributedDataParallel, anything else a fast_core strategy string.
 """
@@ -24,15 +27,16 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from job_figures import Job, RankSpan, gather_job
 from mpi4py import MPI
-from report import command_line, gather_to_root, markers, write_section
+from report import command_line, markers, write_section
 from torch.nn.parallel import DistributedDataParallel
 
 import fast_core
@@ -47,7 +51,7 @@ NONE = "none"
 """fast_torch's hooks around a strategy that communicates nothing: the ceiling, each rank training alone."""
 DEFAULT_SYSTEMS = [DDP, "allreduce", "dpsgd:ring", "async:torus", "sgp:exp1", NONE]
 THROUGHPUT_GOAL = 0.9
-"""fast_torch's all-reduce should run at least this fraction of DDP's samples/s."""
+"""fast_torch's all-reduce should run at least this fraction of DDP's job samples/s."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -60,7 +64,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"'{DDP}', '{NONE}' (no communication) or a fast_core strategy string; repeat the flag for several; "
         f"default: {' '.join(DEFAULT_SYSTEMS)}",
     )
-    parser.add_argument("--steps", type=int, default=120, help="training steps per rank and run")
+    parser.add_argument(
+        "--epochs", type=float, default=10.0, help="global epochs: the shared budget is this x the training set"
+    )
     parser.add_argument("--compute-ms", type=float, default=20.0, help="emulated compute per step (a sleep)")
     parser.add_argument("--straggler", type=float, default=3.0, help="how many times slower the straggler is")
     parser.add_argument("--straggler-rank", type=int, help="which rank straggles (default: the last)")
@@ -68,8 +74,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-    parser.add_argument("--target", type=float, default=0.9, help="test accuracy for the time-to-target column")
-    parser.add_argument("--eval-every", type=int, default=5, help="steps between a rank's test evaluations")
+    parser.add_argument("--target", type=float, default=0.9, help="consensus test accuracy for time to target")
+    parser.add_argument("--every-ms", type=float, default=100.0, help="ms between the consensus curve's points")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over all systems; medians reported")
     parser.add_argument("--out", type=Path, help="Markdown file whose torch_vs_ddp section is written or replaced")
     args = parser.parse_args(argv)
@@ -148,76 +154,93 @@ def init_gloo(comm: MPI.Comm) -> None:
 
 # one run ------------------------------------------------------------------------------------------------------------
 
-
-@dataclass
-class RankRun:
-    """What one rank measured in one run."""
-
-    seconds: float  # its own time for its steps, from the common start
-    cpu_seconds: float  # CPU time of the whole process (trainer, gloo or communication threads) meanwhile
-    to_target: float  # seconds from the start to the first evaluation of its own model at >= target; NaN: never
+EXTRA = ("cpu_seconds",)
+"""What each rank adds to its job figures (gather_job's extra columns)."""
 
 
-@dataclass
-class Run:
-    """One system, one condition: every rank's measurements and the averaged model's test accuracy."""
+def flat(model: torch.nn.Module) -> np.ndarray:
+    """The model's parameters as one new flat array (a snapshot)."""
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().numpy()
 
-    ranks: list[RankRun]
-    accuracy: float
+
+def evaluator(task: Task, hidden: int) -> Callable[[np.ndarray], float]:
+    """Flat parameters -> test accuracy, on a model of its own (the trained ones are left as they are)."""
+    model = make_model(hidden)
+
+    def evaluate(params: np.ndarray) -> float:
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(params), model.parameters())
+        return accuracy(model, task)
+
+    return evaluate
+
+
+def lockstep_claims(samples: int, batch_size: int, size: int) -> Callable[[int], int]:
+    """DDP's share of the budget: floor(samples / (batch_size x ranks)) steps on every rank, as a lockstep FAST
+    strategy counts it (``fast_core.Budget``), without FAST's worker around DDP."""
+    left = samples // (batch_size * size)
+
+    def claim(n: int) -> int:
+        nonlocal left
+        left -= 1
+        return n if left >= 0 else 0
+
+    return claim
 
 
 def train(
-    model: torch.nn.Module,
     step_model: torch.nn.Module,
     opt: torch.optim.Optimizer,
+    claim: Callable[[int], int],
     task: Task,
     args: argparse.Namespace,
     sleep_s: float,
     rank: int,
-) -> tuple[float, float, float]:
-    """``steps`` steps of sleep (the emulated compute), forward, backward, optimizer step; every ``eval_every``
-    steps the rank's own model is evaluated on the test set (included in the time: well under a ms). Returns wall
-    seconds, CPU seconds and the seconds to the target accuracy (NaN if never reached)."""
+    span: RankSpan,
+) -> tuple[int, int, float]:
+    """Claim batches until the job's budget is spent; each step sleeps (the emulated compute), then forward,
+    backward, optimizer step. Returns samples, steps and CPU seconds."""
     stream = batch_stream(task, args.batch_size, seed=rank)
     loss_fn = torch.nn.CrossEntropyLoss()
-    to_target = float("nan")
-    start, cpu = time.perf_counter(), time.process_time()
-    for step in range(args.steps):
+    samples = steps = 0
+    cpu = time.process_time()
+    span.start()
+    while (n := claim(args.batch_size)) > 0:
         x, y = next(stream)
         time.sleep(sleep_s)
         opt.zero_grad()
-        loss_fn(step_model(x), y).backward()
+        loss_fn(step_model(x[:n]), y[:n]).backward()
         opt.step()
-        if np.isnan(to_target) and (step + 1) % args.eval_every == 0 and accuracy(model, task) >= args.target:
-            to_target = time.perf_counter() - start
-    return time.perf_counter() - start, time.process_time() - cpu, to_target
+        span.step_end()
+        samples, steps = samples + n, steps + 1
+    return samples, steps, time.process_time() - cpu
 
 
-def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, slowdown: float) -> Run | None:
-    """Train a fresh model with ``spec``, the straggler computing ``slowdown`` times longer; rank 0 gets the Run."""
+def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, slowdown: float) -> Job | None:
+    """Train a fresh model with ``spec`` under the budget, the straggler sleeping ``slowdown`` times as long per
+    step; rank 0 gets the Job."""
     rank = comm.Get_rank()
     model = make_model(args.hidden)
     sleep_s = args.compute_ms / 1e3 * (slowdown if rank == args.straggler_rank else 1.0)
+    span = RankSpan(params=lambda: flat(model), every_s=args.every_ms / 1e3)
     if spec == DDP:
-        ddp = DistributedDataParallel(model)  # broadcasts rank 0's parameters
-        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
-        comm.Barrier()
-        seconds, cpu_seconds, to_target = train(model, ddp, opt, task, args, sleep_s, rank)
-        del ddp  # the replicas are identical: no averaging needed
+        step_model = DistributedDataParallel(model)  # broadcasts rank 0's parameters
+        opt = torch.optim.SGD(step_model.parameters(), lr=args.lr, momentum=args.momentum)
+        claim = lockstep_claims(args.budget, args.batch_size, comm.Get_size())
     else:
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-        strategy = build_strategy(spec)
-        opt = fast.DistributedOptimizer(opt, model, strategy, engine=fast_core.mpi_engine(comm))  # broadcasts too
-        comm.Barrier()
-        seconds, cpu_seconds, to_target = train(model, model, opt, task, args, sleep_s, rank)
-        fast.average_model(model)  # closes the worker (collective), then the mean of every rank's parameters
-    final = accuracy(model, task)
-    # numbers travel as a float64 array (never a pickle); NaN stands for "target never reached"
-    table = gather_to_root(comm, [seconds, cpu_seconds, to_target])
+        budget = fast_core.Budget(samples=args.budget)
+        engine = fast_core.mpi_engine(comm)
+        opt = fast.DistributedOptimizer(opt, model, build_strategy(spec), engine=engine, budget=budget)  # broadcasts
+        step_model, claim = model, opt.fast_worker.claim_batch
     comm.Barrier()
-    if rank != 0:
-        return None
-    return Run([RankRun(*map(float, r)) for r in table], final)
+    samples, steps, cpu_seconds = train(step_model, opt, claim, task, args, sleep_s, rank, span)
+    if spec == DDP:
+        del step_model  # the replicas are identical: their average is any of them
+    else:
+        fast.average_model(model)  # closes the worker (collective), then the mean of every rank's parameters
+    job = gather_job(comm, span, samples, steps, flat(model), evaluator(task, args.hidden), [cpu_seconds])
+    comm.Barrier()
+    return job
 
 
 # summary ------------------------------------------------------------------------------------------------------------
@@ -225,41 +248,42 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
 
 @dataclass
 class Cell:
-    """One system under one condition, medians over the repeats."""
+    """One system under one condition, medians over the repeats. Per-rank figures are means over the ranks other
+    than the straggler, each over its own steps and its own time."""
 
-    job_rate: float  # samples/s of the whole job: the sum over ranks of each rank's own samples/s
-    rank_rate: float  # samples/s of one rank other than the straggler (mean over them)
-    extra_ms: float  # ms per step beyond the emulated compute, mean of the ranks other than the straggler
-    cpu_ms: float  # CPU ms per step of the whole process, mean of the ranks other than the straggler
-    to_target: float  # s until every rank's own model reached the target (max over ranks); NaN: not in every run
-    reached: int  # in how many runs every rank reached the target
-    accuracy: float
+    wall: float  # the job's wall-clock: the earliest rank's start to the last rank's stop
+    job_rate: float  # the job's samples/s: all ranks' samples over that wall-clock
+    rank_rate: float  # per-rank samples/s of the other ranks
+    extra_ms: float  # per-rank ms per step beyond the emulated compute
+    cpu_ms: float  # CPU ms per step of the whole process
+    to_target: float  # s from the common start until the consensus model reached the target; NaN: not in every run
+    reached: int  # in how many runs the consensus model reached the target
+    accuracy: float  # the consensus model's test accuracy at the end
 
 
-def summarize(runs: Sequence[Run], args: argparse.Namespace, slowdown: float) -> Cell:
-    steps, batch, straggler = args.steps, args.batch_size, args.straggler_rank
+def summarize(jobs: Sequence[Job], args: argparse.Namespace) -> Cell:
     rows = []
-    for run in runs:
-        others = [r for i, r in enumerate(run.ranks) if i != straggler]
+    for job in jobs:
+        others = [r for r in range(len(job.steps)) if r != args.straggler_rank]
+        steps = np.maximum(np.array(job.steps, dtype=float), 1.0)[others]
+        reached = job.time_to(args.target)
         rows.append(
             (
-                sum(steps * batch / r.seconds for r in run.ranks),
-                statistics.fmean(steps * batch / r.seconds for r in others),
-                statistics.fmean(r.seconds / steps * 1e3 for r in others) - args.compute_ms,
-                statistics.fmean(r.cpu_seconds / steps * 1e3 for r in others),
-                max(r.to_target for r in run.ranks),  # NaN if any rank never got there
+                job.wall,
+                job.samples_per_second,
+                job.per_rank(job.rank_samples, others),
+                float(np.mean(job.seconds[others] / steps)) * 1e3 - args.compute_ms,
+                float(np.mean(job.extra[others, EXTRA.index("cpu_seconds")] / steps)) * 1e3,
+                np.nan if reached is None else reached,
             )
         )
     columns = list(zip(*rows, strict=True))
-    reached = [t for t in columns[4] if not np.isnan(t)]
+    reached = [t for t in columns[5] if not np.isnan(t)]
     return Cell(
-        job_rate=statistics.median(columns[0]),
-        rank_rate=statistics.median(columns[1]),
-        extra_ms=statistics.median(columns[2]),
-        cpu_ms=statistics.median(columns[3]),
-        to_target=statistics.median(reached) if len(reached) == len(runs) else float("nan"),
+        *(statistics.median(column) for column in columns[:5]),
+        to_target=statistics.median(reached) if len(reached) == len(jobs) else float("nan"),
         reached=len(reached),
-        accuracy=statistics.median(run.accuracy for run in runs),
+        accuracy=statistics.median(job.final_accuracy for job in jobs),
     )
 
 
@@ -296,19 +320,20 @@ def _time(cell: Cell, runs: int) -> str:
 
 def table(rows: Sequence[Row], ddp: Row | None, runs: int) -> str:
     lines = [
-        "| system | mode | samples/s alone | vs DDP | samples/s with straggler | vs DDP | fast rank's samples/s "
-        "(alone / straggler) | ms/step beyond the compute (alone) | CPU ms/step (alone) | s to target "
-        "(alone / straggler) | accuracy (alone / straggler) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | mode | job wall-clock s (alone / straggler) | job samples/s alone | vs DDP | job samples/s with "
+        "straggler | vs DDP | s to target, consensus model (alone / straggler) | final accuracy, consensus model "
+        "(alone / straggler) | per-rank samples/s (alone / straggler) | per-rank ms/step beyond the compute (alone) "
+        "| CPU ms/step (alone) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         a, s = r.alone, r.straggling
         vs_a = f"{a.job_rate / ddp.alone.job_rate:.2f}" if ddp else "–"
         vs_s = f"{s.job_rate / ddp.straggling.job_rate:.2f}" if ddp else "–"
         lines.append(
-            f"| {r.label} | {r.mode} | {a.job_rate:.0f} | {vs_a} | {s.job_rate:.0f} | {vs_s} "
-            f"| {a.rank_rate:.0f} / {s.rank_rate:.0f} | {a.extra_ms:.2f} | {a.cpu_ms:.2f} "
-            f"| {_time(a, runs)} / {_time(s, runs)} | {a.accuracy:.3f} / {s.accuracy:.3f} |"
+            f"| {r.label} | {r.mode} | {a.wall:.2f} / {s.wall:.2f} | {a.job_rate:.0f} | {vs_a} | {s.job_rate:.0f} "
+            f"| {vs_s} | {_time(a, runs)} / {_time(s, runs)} | {a.accuracy:.3f} / {s.accuracy:.3f} "
+            f"| {a.rank_rate:.0f} / {s.rank_rate:.0f} | {a.extra_ms:.2f} | {a.cpu_ms:.2f} |"
         )
     return "\n".join(lines)
 
@@ -324,27 +349,27 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
         ratio = allreduce.alone.job_rate / ddp.alone.job_rate
         met = "met" if ratio >= THROUGHPUT_GOAL else "missed"
         text.append(
-            f"Goal 1, fast_torch's all-reduce within {1 - THROUGHPUT_GOAL:.0%} of DDP's throughput: {met}, "
-            f"{allreduce.alone.job_rate:.0f} against {ddp.alone.job_rate:.0f} samples/s ({ratio:.2f}x) without a "
-            f"straggler, {allreduce.straggling.job_rate / ddp.straggling.job_rate:.2f}x with one. Per step, beyond "
-            f"the {args.compute_ms:g} ms of emulated compute, DDP spends {ddp.alone.extra_ms:.2f} ms and fast_torch's "
-            f"all-reduce {allreduce.alone.extra_ms:.2f} ms (the real forward and backward pass, the gradient "
-            "all-reduce — gloo over TCP on loopback for DDP, MPI's shared memory for FAST — and each library's own "
-            "overhead), so the ratio compares the transports as much as the libraries: PyTorch's pip wheels have no "
-            "MPI backend to run DDP on the same transport. "
+            f"Goal 1, fast_torch's all-reduce within {1 - THROUGHPUT_GOAL:.0%} of DDP's job samples/s: {met}, "
+            f"{allreduce.alone.job_rate:.0f} against {ddp.alone.job_rate:.0f} ({ratio:.2f}x) without a straggler, "
+            f"{allreduce.straggling.job_rate / ddp.straggling.job_rate:.2f}x with one. Per step, beyond the "
+            f"{args.compute_ms:g} ms of emulated compute, a rank spends {ddp.alone.extra_ms:.2f} ms under DDP and "
+            f"{allreduce.alone.extra_ms:.2f} ms under fast_torch's all-reduce (the real forward and backward pass, "
+            "the gradient all-reduce — gloo over TCP on loopback for DDP, MPI's shared memory for FAST — and each "
+            "library's own overhead), so the ratio compares the transports as much as the libraries: PyTorch's pip "
+            "wheels have no MPI backend to run DDP on the same transport. "
         )
     asyncs = [r for r in rows if r.asynchronous]
     if asyncs:
         ahead = [r for r in asyncs if r.straggling.job_rate > ddp.straggling.job_rate]
         verdict = "met" if len(ahead) == len(asyncs) else ("partly met" if ahead else "missed")
         parts = ", ".join(
-            f"`{r.spec}` {r.straggling.job_rate:.0f} samples/s ({r.straggling.job_rate / ddp.straggling.job_rate:.2f}x"
-            f", its fast ranks {r.straggling.rank_rate:.0f} each against {r.alone.rank_rate:.0f} alone)"
+            f"`{r.spec}` {r.straggling.job_rate:.0f} ({r.straggling.job_rate / ddp.straggling.job_rate:.2f}x, "
+            f"job wall-clock {r.straggling.wall:.2f} s against DDP's {ddp.straggling.wall:.2f} s)"
             for r in asyncs
         )
         text.append(
-            f"Goal 2, asynchronous strategies ahead of DDP with a straggler: {verdict}: DDP drops from "
-            f"{ddp.alone.job_rate:.0f} to {ddp.straggling.job_rate:.0f} samples/s "
+            f"Goal 2, asynchronous strategies ahead of DDP with a straggler at the same budget: {verdict}: DDP's job "
+            f"drops from {ddp.alone.job_rate:.0f} to {ddp.straggling.job_rate:.0f} samples/s "
             f"({ddp.straggling.job_rate / ddp.alone.job_rate:.2f}, every rank at the straggler's pace), {parts}. "
         )
         faster = [
@@ -355,15 +380,14 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
         ]
         if faster:
             text.append(
-                "Time until every rank's own model reaches "
-                f"{args.target:.0%} test accuracy with the straggler: "
+                f"Time until the consensus model reaches {args.target:.0%} test accuracy with the straggler: "
                 + ", ".join(f"`{r.spec}` {r.straggling.to_target:.2f} s" for r in faster)
                 + f" against DDP's {_time(ddp.straggling, args.repeats)} s. "
             )
         else:
             text.append(
-                f"No asynchronous strategy got every rank to {args.target:.0%} test accuracy sooner than DDP with "
-                f"the straggler (DDP: {_time(ddp.straggling, args.repeats)}; "
+                f"No asynchronous strategy's consensus model reached {args.target:.0%} test accuracy sooner than "
+                f"DDP with the straggler (DDP: {_time(ddp.straggling, args.repeats)}; "
                 + ", ".join(f"`{r.spec}`: {_time(r.straggling, args.repeats)}" for r in asyncs)
                 + "). "
             )
@@ -373,7 +397,7 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
             "D-PSGD and SGP are synchronous (each step waits for its neighbours' messages), so with the straggler "
             "they slow down like DDP: "
             + ", ".join(f"`{r.spec}` {r.straggling.job_rate / r.alone.job_rate:.2f}" for r in syncs)
-            + " of their straggler-free samples/s. "
+            + " of their straggler-free job samples/s. "
         )
     ceiling = next((r for r in rows if r.spec == NONE), None)
     if ceiling is not None:
@@ -392,12 +416,12 @@ def reading(rows: Sequence[Row], args: argparse.Namespace) -> str:
     low = [r for r in rows if min(r.alone.accuracy, r.straggling.accuracy) < ddp.alone.accuracy - 0.03]
     if low:
         text.append(
-            f"Averaged-model accuracy more than 0.03 below DDP's {ddp.alone.accuracy:.3f}: "
+            f"Consensus-model accuracy more than 0.03 below DDP's {ddp.alone.accuracy:.3f}: "
             + ", ".join(f"`{r.spec}` {r.alone.accuracy:.3f} / {r.straggling.accuracy:.3f}" for r in low)
             + ". "
         )
     else:
-        text.append(f"Every averaged model ends within 0.03 of DDP's test accuracy ({ddp.alone.accuracy:.3f}). ")
+        text.append(f"Every consensus model ends within 0.03 of DDP's test accuracy ({ddp.alone.accuracy:.3f}). ")
     return "".join(text).strip()
 
 
@@ -418,25 +442,30 @@ def section(rows: Sequence[Row], args: argparse.Namespace, ranks: int, params: i
             "",
             f"An MLP 64-{args.hidden}-{args.hidden}-10 ({params:,} float32 parameters, {params * 4 / 1e6:.1f} MB of "
             "gradient or parameters per message) on scikit-learn's digits, each rank on its own shard "
-            f"({epoch_steps} steps an epoch), batch {args.batch_size} per rank, SGD lr {args.lr} momentum "
-            f"{args.momentum}, {args.steps} steps per rank and run, the same start, data order and steps for every "
-            "system. DDP is `DistributedDataParallel` on gloo (default buckets), started inside the same MPI job; "
-            "fast_torch is `fast_torch.DistributedOptimizer` on the same `torch.optim.SGD`. Each step sleeps "
-            f"{args.compute_ms:g} ms before its forward pass, to stand in for a larger model's compute (the real "
-            "forward and backward pass take about 1.5 ms on an idle core, more with 4 ranks sharing the cores: the "
-            "no-communication row shows what a step costs beyond the sleep without any communication); with a "
-            "straggler, rank "
-            f"{args.straggler_rank} sleeps {args.straggler:g}x as long ({args.compute_ms * args.straggler:g} ms). "
-            f"Every rank times its own {args.steps} steps from a common barrier. Samples/s is the job's: the sum "
-            "over ranks of each rank's samples over its own time (in asynchronous runs the fast ranks finish "
-            "before the straggler); vs DDP divides by DDP's under the same condition; the fast rank's samples/s, "
-            "ms/step beyond the compute (wall time per step minus the sleep) and CPU ms/step (whole process, all "
-            "threads) are means over the ranks other than the straggler. Every rank evaluates its own model on the "
-            f"test set every {args.eval_every} steps (included in the time); s to target is the time from the start "
-            f"until every rank's own model has reached {args.target:.0%} test accuracy. Accuracy is the test "
-            "accuracy of the mean of all ranks' parameters after the run (`fast.average_model`; DDP's replicas are "
-            f"identical). Medians over {args.repeats} rounds that run every system in turn, without then with the "
-            "straggler.",
+            f"({epoch_steps} steps a pass), batch {args.batch_size} per rank, SGD lr {args.lr} momentum "
+            f"{args.momentum}, the same start and data order for every system. Every run trains the same shared "
+            f"budget of {args.epochs:g} global epochs ({args.budget:,} samples summed over the ranks): fast_torch "
+            "through `fast_core.Budget` (`worker.claim_batch` before each batch; under an asynchronous strategy a "
+            "faster rank trains more of it and all stop together), DDP as a lockstep FAST strategy would, "
+            "floor(budget / (batch x ranks)) steps on every rank. DDP is `DistributedDataParallel` on gloo (default "
+            "buckets), started inside the same MPI job; fast_torch is `fast_torch.DistributedOptimizer` on the "
+            f"same `torch.optim.SGD`. Each step sleeps {args.compute_ms:g} ms before its forward pass, to stand in "
+            "for a larger model's compute (the real forward and backward pass take about 1.5 ms on an idle core, "
+            "more with 4 ranks sharing the cores: the no-communication row shows what a step costs beyond the sleep "
+            f"without any communication); with a straggler, rank {args.straggler_rank} sleeps {args.straggler:g}x "
+            f"as long ({args.compute_ms * args.straggler:g} ms): the same {args.compute_ms * (args.straggler - 1):g} "
+            "ms more per step under every system, outside DDP's backward. Job wall-clock: from the earliest rank's "
+            "start (after the worker's start and a barrier) to the last rank's stop (its last step's end); job "
+            "samples/s: all ranks' samples over that wall-clock; vs DDP divides by DDP's under the same "
+            "condition. Every rank keeps a copy of its parameters every "
+            f"{args.every_ms:g} ms from its start; after the run the copies of each point are averaged and rank 0 "
+            "evaluates the average, so s to target is the first point at which the consensus model (the mean of "
+            f"all ranks' parameters) reached {args.target:.0%} test accuracy, nothing evaluated during training. "
+            "Final accuracy: the consensus model's after the run (`fast.average_model`; DDP's replicas are "
+            "identical). Per-rank samples/s (each rank's samples over its own time), ms/step beyond the compute "
+            "(wall time per step minus the sleep) and CPU ms/step (whole process, all threads) are means over the "
+            f"ranks other than the straggler. Medians over {args.repeats} rounds that run every system in turn, "
+            "without then with the straggler.",
             "",
             table(rows, ddp, args.repeats),
             "",
@@ -460,7 +489,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_threads(1)
     init_gloo(comm)
     task = load_task(rank, size)
-    runs: dict[tuple[str, float], list[Run]] = {}
+    args.budget = int(args.epochs * comm.allreduce(len(task.y_train)))  # global epochs: the samples of all shards
+    runs: dict[tuple[str, float], list[Job]] = {}
     started = time.perf_counter()
     for round_ in range(args.repeats):
         for spec in args.systems:
@@ -481,8 +511,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         Row(
             spec,
             is_asynchronous(spec),
-            summarize(runs[spec, 1.0], args, 1.0),
-            summarize(runs[spec, args.straggler], args, args.straggler),
+            summarize(runs[spec, 1.0], args),
+            summarize(runs[spec, args.straggler], args),
         )
         for spec in args.systems
     ]
