@@ -5,6 +5,7 @@ wall-clock runs from the earliest rank's start (the worker's start is collective
 rank's stop (the end of its last step), and its samples/s divides all ranks' samples by that wall-clock. Each
 rank's own rate (its samples over its own training time) is kept apart, named per-rank: a sum of those is no
 throughput any clock sees. Time to target and final accuracy are those of the consensus (averaged) model.
+The start and stop are each rank's ``time.time()``: across hosts the wall-clock assumes their clocks agree (NTP).
 """
 
 from __future__ import annotations
