@@ -142,13 +142,14 @@ def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engi
                 return own * expected + sum(w * peer for peer, w in pulls.items())
             return expected
 
-        _rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", remix_stale=remix), 5, 0.0, rule)
+        strategy = AsyncAveraging("ring", remix_stale=remix, keep_progress=False)  # the rule above is the plain one
+        _rank0_against_stalled_neighbours(engine, strategy, 5, 0.0, rule)
 
 
 def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engine: Engine) -> None:
     """keep_progress=True: rank 0 adds an update d before each step while the others stall after their first
     message; it mixes their parameters once as x += sum_j w_j (x_j - x_sent), keeping every update whole, where the
-    default scales its own progress by w_ii at that step."""
+    plain rule (keep_progress=False) scales its own progress by w_ii at that step."""
     if engine.size == 1:
         return
     for keep in (False, True):
