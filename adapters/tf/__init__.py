@@ -6,7 +6,9 @@ x, y = fast.shard(x, y)                          # this rank's part of the data
 model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss=..., metrics=[...])
 model.fit(x, y, callbacks=[fast.Callback("async:torus")], verbose=1 if fast.rank() == 0 else 0)
 
-Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``.
+Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``. Under a shared work
+budget (``fast.Callback(..., batch_size=32, budget=fast_core.Budget(samples=N))``) feed full batches endlessly
+with ``fast.Batches(x, y, batch_size=32)`` and give ``fit`` enough epochs: every rank stops once it is spent.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from fast_core.collectives import average_logs
 from fast_core.runtime import init, rank, size
 
 from .callback import Callback
-from .data import shard
+from .data import Batches, shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
 from .variables import average_variables, broadcast_variables, consensus_weights, layout_of, read_flat, write_flat
 
 __all__ = [
+    "Batches",
     "Callback",
     "DistributedOptimizer",
     "KerasModel",

@@ -6,7 +6,8 @@ When the hooks run. The strategy's step hooks for batch k run at the start of ba
 ``on_train_batch_end`` turns off Keras' asynchronous batch dispatch for every callback of the fit (see
 ``keras/src/callbacks/callback_list.py``); this one never overrides it, so the progress bar and other callbacks keep
 it. The model is reached through the reference ``set_model`` gave, not ``Callback.model`` (which syncs the JAX
-trainer's state on every access): a step where the strategy does nothing (``every=k``) touches no variable.
+trainer's state on every access): a step where the strategy does nothing (``every=k``) touches no variable. Under
+a work budget each batch is claimed one batch ahead, at the start of the batch before (``fast_tf.budget``).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from collections.abc import MutableMapping
 import keras
 import numpy as np
 
-from fast_core import ConfigError, Engine, Strategy, Worker
+from fast_core import Budget, ConfigError, Engine, Strategy, Worker
 from fast_core.collectives import average_logs, min_max
 from fast_core.runtime import init
 from fast_core.strategies.spec import resolve_strategy
 
+from .budget import Grants, check_budget_options
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
 from .variables import average_variables, broadcast_variables, floating
@@ -42,6 +44,16 @@ class Callback(keras.callbacks.Callback):
     Under ``fast run`` each epoch's logs go to the run's records (``val_accuracy`` is what ``fast bench`` times
     to its target); Keras does not tell callbacks the batch size, so pass ``batch_size`` for samples/s there.
 
+    ``budget``: a shared work budget (``fast_core.Budget``), or None for the run configuration's (``fast run
+    --budget-samples/--budget-seconds``, else none). Under one, ``fit(..., epochs=<enough>)`` trains until the
+    job's budget is spent: every batch is claimed (``batch_size`` is then required, and every batch fit trains
+    must hold that many samples: ``fast_tf.Batches`` feeds full batches, reshuffled at each pass, endlessly),
+    under an asynchronous strategy a faster rank trains more batches, and every rank's fit stops once the budget
+    is spent; a synchronous strategy keeps every rank on the same steps. Grants are whole batches (a sample
+    budget is rounded down to a multiple of ``batch_size`` under an asynchronous strategy; see
+    ``fast_tf.budget``). Epoch-end collectives (averaged logs, consensus distance, FAST's restart) then run only
+    after the epochs every rank is sure to finish (``Worker.collective_passes``; every epoch if synchronous).
+
     Place it first in ``callbacks`` so the others (EarlyStopping, checkpoints) see the averaged logs and take the
     same decision on every rank. ``worker`` is the fast_core Worker of the current fit (metrics, consensus).
     """
@@ -58,8 +70,15 @@ class Callback(keras.callbacks.Callback):
         monitor: str = "val_accuracy",
         log_every: int | None = None,
         batch_size: int | None = None,
+        budget: Budget | None = None,
     ) -> None:
         super().__init__()
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError(f"budget={budget!r}: give a fast_core.Budget, e.g. Budget(samples=20000), or None")
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1
+        ):
+            raise ConfigError(f"batch_size={batch_size!r}: give the samples of each batch fit trains, >= 1")
         self.strategy = strategy
         self.every = every
         self.engine = engine
@@ -69,11 +88,15 @@ class Callback(keras.callbacks.Callback):
         self.monitor = monitor
         self.log_every = log_every
         self.batch_size = batch_size
+        self.budget = budget
         self.worker: Worker | None = None
         self.adapter: KerasModel | None = None
         self._fit_model: keras.Model | None = None
         self._pending = False  # a batch began whose step hooks have not run yet
         self._applies_gradients = False  # the compiled step stores gradients; this callback applies them
+        self._grants: Grants | None = None  # this fit's claims under a work budget
+        self._epochs = 0  # epochs ended in this fit
+        self._collective_epochs: int | None = None  # epochs after which every rank takes part (None: all)
 
     def set_model(self, model: keras.Model) -> None:
         super().set_model(model)
@@ -85,15 +108,25 @@ class Callback(keras.callbacks.Callback):
         engine = self.engine or init()
         self.adapter = adapter = KerasModel(model)
         strategy = resolve_strategy(self.strategy, every=self.every)  # a string gives each fit a fresh strategy
-        self.worker = worker = Worker(adapter, strategy, engine, log_every=self.log_every)
-        self._check_steps(worker)
+        self.worker = worker = Worker(adapter, strategy, engine, log_every=self.log_every, budget=self.budget)
+        steps = self._check_steps(worker)
         self._configure_gradients(model, adapter, worker.strategy)
+        self._grants, self._collective_epochs = None, None
+        if worker.budget is not None:  # the budget of the run configuration, when none was given
+            batch_size = check_budget_options(worker, self.batch_size, getattr(model, "steps_per_execution", 1))
+            self._collective_epochs = worker.collective_passes(steps * batch_size * worker.size, batch_size)
+            self._grants = Grants(worker, batch_size, model, adapter)
         worker.start()  # same model on every rank (fingerprint), rank 0's weights
         broadcast_variables(floating(model.non_trainable_variables), engine)
         self._pending = False
+        self._epochs = 0
+        if self._grants is not None:
+            self._grants.start()  # claims the first batch
 
     def on_train_end(self, logs: MutableMapping | None = None) -> None:
         self._finish_step()
+        if self._grants is not None:
+            self._grants.end()
         worker, adapter = self.worker, self.adapter
         worker.close()
         if self.average_at_end:
@@ -107,7 +140,7 @@ class Callback(keras.callbacks.Callback):
     # steps ------------------------------------------------------------------------------------------------------
     def on_train_batch_begin(self, batch: int, logs: MutableMapping | None = None) -> None:
         self._finish_step()
-        self._pending = True
+        self._pending = self._grants is None or self._grants.begin_batch()  # claims the next batch
 
     def on_test_begin(self, logs: MutableMapping | None = None) -> None:
         self._finish_step()  # validation inside fit sees the model after the epoch's last step and mixing
@@ -117,10 +150,13 @@ class Callback(keras.callbacks.Callback):
         logs = {} if logs is None else logs
         worker = self.worker
         lockstep = worker.strategy.lockstep
-        consensus = lockstep if self.consensus is None else self.consensus
+        collective = self._collective_epochs is None or self._epochs < self._collective_epochs
+        self._epochs += 1
+        consensus = collective and (lockstep if self.consensus is None else self.consensus)
         distance = worker.consensus_distance() if consensus else None  # before FAST's restart zeroes it
-        worker.end_epoch(self._monitored(logs))
-        if lockstep if self.average_metrics is None else self.average_metrics:
+        if collective:
+            worker.end_epoch(self._monitored(logs))
+        if collective and (lockstep if self.average_metrics is None else self.average_metrics):
             average_logs(logs, worker.engine)
         if distance is not None:
             logs["consensus_distance"] = distance
@@ -147,7 +183,8 @@ class Callback(keras.callbacks.Callback):
         return -value if "loss" in name else value
 
     # checks -------------------------------------------------------------------------------------------------------
-    def _check_steps(self, worker: Worker) -> None:
+    def _check_steps(self, worker: Worker) -> int:
+        """The most steps per epoch of any rank (collective)."""
         steps = (self.params or {}).get("steps")
         if steps is None:
             raise ValueError(
@@ -161,6 +198,7 @@ class Callback(keras.callbacks.Callback):
                 f"strategy {worker.strategy.name!r} needs the same number on every rank: split the data with "
                 "fast_tf.shard(..., drop_last=True) or pass the same steps_per_epoch to fit everywhere"
             )
+        return high
 
     def _configure_gradients(self, model: keras.Model, adapter: KerasModel, strategy: Strategy) -> None:
         optimizer = model.optimizer

@@ -1,10 +1,13 @@
-"""Each rank's own part of the training data, for NumPy arrays and tf.data datasets (DistributedSampler's idea)."""
+"""Each rank's own part of the training data, for NumPy arrays and tf.data datasets (DistributedSampler's idea),
+and an endless feed of full batches from it for training under a work budget."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
+import keras
 import numpy as np
 
 from fast_core import Engine
@@ -52,3 +55,51 @@ def _shard_dataset(dataset: Any, engine: Engine, drop_last: bool) -> Any:
     if drop_last and length >= 0:  # negative: infinite or unknown
         part = part.take(length // engine.size)
     return part
+
+
+class Batches(keras.utils.PyDataset):
+    """An endless ``model.fit`` input of full batches from this rank's arrays (its shard), for a work budget.
+
+    ``model.fit(fast_tf.Batches(x, y, batch_size=32), steps_per_epoch=batches.steps, epochs=<enough>,
+    shuffle=False, callbacks=[fast_tf.Callback(..., batch_size=32, budget=...)])``. The arrays are read as one
+    stream: each pass over them in a fresh seeded order (``seed`` and the pass number), passes back to back, cut
+    into batches of exactly ``batch_size``, so every batch holds what the callback claims and no sample is left
+    out (a batch may span two passes). ``steps`` is the batches of one pass (at least 1): with it as
+    ``steps_per_epoch`` a Keras epoch is about one pass. Batch ``i`` depends on ``i`` only, so Keras may fetch
+    ahead on any backend; ``shuffle=False`` in ``fit`` stops Keras warning that it cannot shuffle an endless feed.
+    """
+
+    def __init__(self, *arrays: Any, batch_size: int, seed: int = 0) -> None:
+        super().__init__()  # one worker, no multiprocessing: Keras reads batches in order
+        if not 1 <= len(arrays) <= 3:
+            raise TypeError(f"Batches(x, y[, sample_weight], batch_size=...) takes 1 to 3 arrays, got {len(arrays)}")
+        self.arrays = tuple(np.asarray(a) for a in arrays)
+        lengths = sorted({len(a) for a in self.arrays})
+        if len(lengths) != 1 or lengths[0] == 0:
+            raise ValueError(f"Batches needs arrays of one length >= 1 (samples along axis 0), got lengths {lengths}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+            raise ValueError(f"Batches(batch_size={batch_size!r}): give the samples of each batch, >= 1")
+        self.samples = lengths[0]
+        self.batch_size = int(batch_size)
+        self.seed = seed
+        self.steps = max(1, self.samples // self.batch_size)
+        """Batches of one pass over the arrays: the ``steps_per_epoch`` to give ``fit``."""
+        self._order = functools.lru_cache(maxsize=4)(self._permutation)
+
+    @property
+    def num_batches(self) -> None:
+        return None  # endless: Keras asks for batch 0, 1, 2, ... and the fit's callback says when to stop
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, ...]:
+        start, stop = index * self.batch_size, (index + 1) * self.batch_size
+        pieces = []
+        while start < stop:
+            passes, offset = divmod(start, self.samples)
+            take = min(stop - start, self.samples - offset)
+            pieces.append(self._order(passes)[offset : offset + take])
+            start += take
+        index_array = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return tuple(a[index_array] for a in self.arrays)
+
+    def _permutation(self, passes: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, passes]).permutation(self.samples)

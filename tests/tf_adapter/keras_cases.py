@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 import fast_tf as fast
-from fast_core import FAST, Engine, ModelMismatchError, mpi_engine
+from fast_core import FAST, Budget, Engine, ModelMismatchError, mpi_engine
 from fast_core.numpy_model import SoftmaxRegression
 from fast_core.topology import make_topology
 
@@ -253,6 +253,33 @@ def case_keras_keeps_asynchronous_batch_dispatch(engine: Engine) -> None:
     assert not dispatch([Overriding()])
     if keras.backend.backend() in ("jax", "torch"):
         assert dispatch([]), "this backend was expected to dispatch batch ends asynchronously"
+
+
+def case_a_budget_is_spent_exactly_in_whole_batches_and_ends_every_fit(engine: Engine) -> None:
+    """fast_tf.budget on every backend: claims one batch ahead, Keras stops before an ungranted batch; a budget
+    spent before the first batch leaves the model as it started (test_keras_budget.py has the slow-rank runs)."""
+    x, y = rank_data(engine.rank)
+
+    def budgeted(budget: Budget) -> tuple[keras.Model, fast.Callback]:
+        model = make_model(engine, keras.optimizers.SGD(LR))
+        callback = fast.Callback("async:ring", engine=engine, batch_size=BATCH, budget=budget, average_at_end=False)
+        data = fast.Batches(x, y, batch_size=BATCH, seed=engine.rank)
+        model.fit(data, steps_per_epoch=STEPS, epochs=100, shuffle=False, verbose=0, callbacks=[callback])
+        return model, callback
+
+    model, callback = budgeted(Budget(samples=BATCH * 5 * engine.size))
+    worker = callback.worker
+    assert worker.metrics.job_samples == BATCH * 5 * engine.size, worker.metrics.job_samples
+    assert worker.metrics.samples == BATCH * worker.step == BATCH * int(model.optimizer.iterations.numpy())
+    start = make_model(engine, keras.optimizers.SGD(LR)).get_weights()
+    model, callback = budgeted(Budget(seconds=1e-9))  # over at the first claim: Keras' one batch is put back
+    assert (callback.worker.step, callback.worker.metrics.job_samples) == (0, 0)
+    assert int(model.optimizer.iterations.numpy()) == 0
+    first = np.concatenate([w.reshape(-1) for w in start]).astype(np.float64)
+    if engine.rank != 0:
+        first[:] = 0.0
+    engine.allreduce(first)  # rank 0's start, which the callback gave every rank
+    np.testing.assert_array_equal(flat_weights(model), first)
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_") and callable(fn)}
