@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from . import collectives
+from . import checkpoint, collectives
 from .budget import Budget
 from .config import RunConfig
 from .contract import ModelAdapter
@@ -69,6 +69,7 @@ __all__ = [
     "Topology",
     "TopologyError",
     "Worker",
+    "checkpoint",
     "collectives",
     "default_engine",
     "init",

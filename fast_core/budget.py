@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -150,6 +150,19 @@ class Allowance:
         granted = 0 if self._out_of_time(lockstep) else self._samples(batch_size, lockstep)
         self.spent = granted == 0
         return granted
+
+    def resume(self, spent: int) -> None:
+        """A checkpoint says the job already trained ``spent`` samples (every rank, before its first claim): only
+        the rest of a sample budget is trained. A seconds budget starts afresh."""
+        if self.budget.samples is None:
+            return
+        left = max(0, self.budget.samples - spent)
+        self.spent = left == 0
+        if left:
+            self.budget = replace(self.budget, samples=left)
+        if self._shared is not None:
+            with self._shared.lock:
+                self._shared.remaining = left
 
     def close(self, samples: int) -> int:
         """Collective: stop the grant service and return the job's samples (this rank trained ``samples``)."""

@@ -78,6 +78,8 @@ class Worker:
         self.budget = budget if budget is not None else Budget.from_config(config)
         self.allowance: Allowance | None = None
         self._claim: tuple[int, int] | None = None  # (step, samples) of the last claim_batch
+        self.samples_before = 0
+        """Samples the job trained before a checkpoint this worker resumed from (``resume``)."""
         self.step_compute = 0.0
         """Seconds of this step's compute: from the last step's end (or an epoch's end, or the start) to its gradient
         hook, so forward, backward and data loading. Measured once here, before ``on_compute_end``, for every
@@ -196,6 +198,19 @@ class Worker:
             self._closed = True
             self._notify("on_close")
             log.debug("rank %d closed after %d steps", self.rank, self.step)
+
+    def resume(self, step: int, samples_before: int = 0) -> None:
+        """A checkpoint replaced the parameters (collective; ``fast_core.checkpoint.load`` calls it): continue at
+        ``step``, let the strategy forget what it sent from the old parameters (``Strategy.reset``), and under a
+        sample budget train only what the job had left after its ``samples_before``."""
+        self._ensure_started()
+        self.step = step
+        self.samples_before = int(samples_before)
+        self._claim = None
+        if self.allowance is not None:
+            self.allowance.resume(self.samples_before)
+            self.engine.barrier()  # rank 0's counter holds what is left before any rank claims from it
+        self.strategy.reset(self.context)
 
     # the shared work budget ---------------------------------------------------------------------------------------
     def claim_batch(self, batch_size: int) -> int:

@@ -69,6 +69,12 @@ class AsyncAveraging(Strategy):
         self._mailbox.post(ctx.model.params(), ctx.step)
         self._sent = np.array(ctx.model.params(), copy=True) if self.keep_progress else None
 
+    def reset(self, ctx: StepContext) -> None:
+        """Collective: close the mailbox (every message in flight lands, unread ones are dropped, among them the
+        old parameters posted at setup) and open a new one that posts the parameters now in place."""
+        self._mailbox.close()
+        self.setup(ctx)
+
     def after_step(self, ctx: StepContext) -> None:
         mailbox, step = self._mailbox, ctx.step
         if self.staleness is not None:

@@ -104,6 +104,10 @@ class Strategy:
     def close(self, ctx: StepContext) -> None:
         """Complete pending communication."""
 
+    def reset(self, ctx: StepContext) -> None:
+        """The parameters were replaced (a checkpoint was loaded, ``ctx.step`` set to its step): forget what was
+        sent or mixed from the old ones (collective). Asynchronous strategies drop what is in flight and re-post."""
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"

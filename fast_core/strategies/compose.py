@@ -89,6 +89,9 @@ class Every(Strategy):
     def close(self, ctx: StepContext) -> None:
         self.inner.close(self._inner_ctx)
 
+    def reset(self, ctx: StepContext) -> None:
+        self.inner.reset(self._inner_ctx)
+
 
 Phase = tuple[int | None, Strategy | str]
 
@@ -199,6 +202,10 @@ class Schedule(Strategy):
 
     def close(self, ctx: StepContext) -> None:
         self.active.close(ctx)
+
+    def reset(self, ctx: StepContext) -> None:
+        self._advance(ctx)  # the phase of the checkpoint's step
+        self.active.reset(ctx)
 
 
 def warmup(steps: int, then: Strategy | str) -> Strategy:

@@ -25,6 +25,14 @@ class AsyncFAST(FAST):
 
     def setup(self, ctx: StepContext) -> None:
         super().setup(ctx)
+        self._open(ctx)
+
+    def reset(self, ctx: StepContext) -> None:
+        """Collective: gradients in flight were taken at parameters a checkpoint replaced; a new mailbox drops them."""
+        self._mailbox.close()
+        self._open(ctx)
+
+    def _open(self, ctx: StepContext) -> None:
         self._mailbox = Mailbox(
             ctx.engine,
             self._sources,
