@@ -168,8 +168,8 @@ def test_a_bad_checkpoint_is_one_line_on_every_rank_never_a_hang(tmp_path: Path,
     assert expected[kind] in errors[0] and str(path) in errors[0]
 
 
-def _async_lr0(engine: Engine, path: str) -> np.ndarray:
-    worker = _worker(engine, "async:ring", SGD(0.0), seed=10)  # setup posts these start parameters
+def _async_lr0(engine: Engine, path: str, strategy: str) -> np.ndarray:
+    worker = _worker(engine, strategy, SGD(0.0), seed=10)  # setup posts these start parameters
     checkpoint.load(path, worker)
     _steps(worker, engine, 30, pause=0.002)
     worker.close()
@@ -183,8 +183,9 @@ def _save_ones(engine: Engine, path: str) -> None:
     worker.close()
 
 
-def test_under_async_averaging_a_loaded_checkpoint_is_not_pulled_back_to_the_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["async:ring", "async:ring,keep_progress=false", "async:ring,every=2"])
+def test_under_async_averaging_a_loaded_checkpoint_is_not_pulled_back_to_the_start(tmp_path: Path, strategy) -> None:
     path = str(tmp_path / "ones.ckpt")
     LocalCluster(2).run(_save_ones, path)
-    for params in LocalCluster(4, timeout=30).run(_async_lr0, path):
+    for params in LocalCluster(4, timeout=30).run(_async_lr0, path, strategy):
         np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-12)  # lr 0: nothing may move them

@@ -5,6 +5,7 @@ fast.init()
 opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, strategy="async:torus")
 ... loss.backward(); opt.step() ...
 fast.average_model(model)
+fast.save_checkpoint("job.ckpt", model, opt)  # and fast.load_checkpoint(...) to resume, on any number of ranks
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 from fast_core.runtime import init, rank, size
 
 from .api import average_model, broadcast_parameters, consensus_copy, join, shard
+from .checkpoint import load_checkpoint, save_checkpoint
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 
@@ -28,7 +30,9 @@ __all__ = [
     "consensus_copy",
     "init",
     "join",
+    "load_checkpoint",
     "rank",
+    "save_checkpoint",
     "shard",
     "size",
     "worker_of",
