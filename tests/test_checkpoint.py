@@ -183,7 +183,9 @@ def _save_ones(engine: Engine, path: str) -> None:
     worker.close()
 
 
-@pytest.mark.parametrize("strategy", ["async:ring", "async:ring,keep_progress=false", "async:ring,every=2"])
+@pytest.mark.parametrize(
+    "strategy", ["async:ring", "async:ring,keep_progress=false", "async:ring,every=2", "fast:ring", "dpsgd:ring"]
+)
 def test_under_async_averaging_a_loaded_checkpoint_is_not_pulled_back_to_the_start(tmp_path: Path, strategy) -> None:
     path = str(tmp_path / "ones.ckpt")
     LocalCluster(2).run(_save_ones, path)
