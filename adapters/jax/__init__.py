@@ -6,6 +6,7 @@ step = fast.distributed(jax.jit(train_step), strategy="dpsgd:ring")  # train_ste
 step = fast.distributed(jax.jit(grad_step), "allreduce", optimizer=opt)  # grad_step(params, batch), for gradients
 params, opt_state, metrics = step(params, opt_state, batch)
 params = fast.average(params, step=step)
+fast.save_checkpoint("ckpt.npz", step, params, opt_state)  # collective; load_checkpoint resumes on any size
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 from fast_core.runtime import init, rank, size
 
 from .api import broadcast, shard
+from .checkpoint import load_checkpoint, save_checkpoint
 from .flat import FlatTree
 from .model import JaxModel
 from .step import DistributedStep, average, distributed
@@ -32,7 +34,9 @@ __all__ = [
     "broadcast",
     "distributed",
     "init",
+    "load_checkpoint",
     "rank",
+    "save_checkpoint",
     "shard",
     "size",
 ]
