@@ -7,15 +7,24 @@ Every fault here is real (an exception raised on one worker, a rank killed with 
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from fast_cli import FAST
 from mpirun import TESTS, run_mpi
 from training import CLASSES, FEATURES, batch, task
 
 from fast_core import LocalCluster, Worker
+from fast_core.cli.launch import descendants
 from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.runlog import read_run
 
 
 @pytest.mark.mpi
@@ -66,3 +75,102 @@ def test_one_workers_exception_stops_the_others_at_once_and_is_what_run_raises(s
     while _communication_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _communication_threads(), "communication threads outlived the failed run"
+
+
+# fast run under MPICH: a rank killed with SIGKILL is named; SIGTERM ends the job as 143 ------------------------------
+
+
+def _start_records(run_dir: Path, ranks: int, timeout: float = 60) -> dict[int, dict]:
+    """Every rank's "start" record, once all have written one and a step record after it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records = read_run(run_dir)
+        starts = {r: next((x for x in rs if x["kind"] == "start"), None) for r, rs in records.items()}
+        stepped = [r for r, rs in records.items() if any(x["kind"] == "step" for x in rs)]
+        if len(stepped) == ranks and all(starts.values()):
+            return starts
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not all start training within {timeout} s: {read_run(run_dir)}")
+
+
+def _gone(processes: set[tuple[int, int]], timeout: float = 5) -> list[int]:
+    """The processes of ``processes`` still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := [pid for pid, _ in processes if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("strategy, victim", [("allreduce", 2), ("async:ring", 0)])
+def test_a_rank_killed_under_fast_run_is_named_with_its_step(tmp_path: Path, strategy: str, victim: int) -> None:
+    run_dir = tmp_path / "r"
+    command = [*FAST, "run", "-n", "4", "--no-progress", "--strategy", strategy, "--run-dir", str(run_dir)]
+    example = ["-m", "fast_examples.numpy_digits", "--epochs", "1000000", "--snapshot-every", "1000"]
+    proc = subprocess.Popen([*command, *example], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        starts = _start_records(run_dir, 4)
+        job = descendants(proc.pid)
+        pid = starts[victim]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        status = proc.wait(timeout=60)
+        ended = time.monotonic() - killed
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status == 9, stderr
+    assert ended < 10, f"the job took {ended:.1f} s to end after the kill"  # MPICH's teardown: well under 2 s idle
+    assert re.search(rf"rank {victim} \(pid {pid}, host \S+\) was killed by SIGKILL at step \d+", stderr), stderr
+    lost = json.loads((run_dir / "run.json").read_text())["lost"]
+    assert (lost["rank"], lost["pid"], lost["signal"]) == (victim, pid, "SIGKILL")
+    last_step = max(r["step"] for r in read_run(run_dir)[victim])
+    assert lost["step"] == last_step
+    assert not _gone(job), "processes of the job outlived it"
+
+
+SLEEPER = """
+import os, time
+import fast_core
+engine = fast_core.init()
+with open(os.path.join(os.environ["FAST_RUN_DIR"], f"pid{engine.rank}"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+@pytest.mark.mpi
+def test_sigterm_stops_fast_run_with_status_143_and_leaves_no_process(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper_for_sigterm.py"
+    script.write_text(SLEEPER)
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        [*FAST, "run", "-n", "2", "--run-dir", str(run_dir), str(script)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all((run_dir / f"pid{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.1)
+        assert subprocess.run(["pgrep", "-f", str(script)], capture_output=True).returncode == 0  # pgrep finds them
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status == 128 + signal.SIGTERM, stderr
+    assert "stopping the 2 workers (SIGTERM" in stderr
+    assert "was killed by" not in stderr  # a stop asked for is no lost rank
+    deadline = time.monotonic() + 5
+    while left := subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, f"processes of the job outlived fast run: {left}"
+        time.sleep(0.1)
