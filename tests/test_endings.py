@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,8 @@ from mpirun import TESTS, run_mpi
 from training import CLASSES, FEATURES, batch, task
 
 from fast_core import LocalCluster, Worker
-from fast_core.cli.launch import descendants
+from fast_core.cli.launch import GUARD, descendants, first_exit
+from fast_core.cli.run import lost_rank, lost_text
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.runlog import read_run
 
@@ -174,3 +176,46 @@ def test_sigterm_stops_fast_run_with_status_143_and_leaves_no_process(tmp_path: 
     while left := subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split():
         assert time.monotonic() < deadline, f"processes of the job outlived fast run: {left}"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "code, returncode, ended",
+    [
+        ("import os; os.kill(os.getpid(), 9)", -9, {"signal": "SIGKILL", "status": -9}),
+        ("raise SystemExit(3)", 3, {"signal": None, "status": 3}),
+        ("pass", 0, None),
+    ],
+    ids=["killed", "exit-status", "clean"],
+)
+def test_the_guard_records_a_bad_ending_and_ends_the_same_way(
+    tmp_path: Path, code: str, returncode: int, ended
+) -> None:
+    exits = tmp_path / "exits"
+    env = dict(os.environ, PMI_RANK="3")
+    command = [sys.executable, "-I", str(GUARD), str(exits), "--", sys.executable, "-c", code]
+    assert subprocess.run(command, env=env, timeout=60).returncode == returncode
+    if ended is None:
+        assert not exits.exists()
+        return
+    written = json.loads((exits / "rank3.json").read_text())
+    assert {k: written[k] for k in ("rank", "signal", "status")} == {"rank": 3, **ended}
+    assert first_exit(exits) == written
+
+
+def test_the_lost_rank_is_the_earliest_ending_and_its_line_names_rank_pid_and_step(tmp_path: Path) -> None:
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    for rank, wall in ((1, 105.0), (2, 100.0)):
+        ended = {"rank": rank, "pid": 40 + rank, "host": "h", "signal": "SIGKILL", "status": -9, "wall": wall}
+        (exits / f"rank{rank}.json").write_text(json.dumps(ended))
+    (tmp_path / "rank2.jsonl").write_text(
+        json.dumps({"kind": "start", "rank": 2, "step": 0, "time": 0.0, "wall_start": 90.0})
+        + "\n"
+        + json.dumps({"kind": "step", "rank": 2, "step": 70, "time": 9.5})
+        + "\n"
+    )
+    lost = lost_rank(exits, tmp_path)
+    assert (lost["rank"], lost["step"], lost["record_age"]) == (2, 70, 0.5)
+    assert lost_text(lost).startswith(
+        "rank 2 (pid 42, host h) was killed by SIGKILL at step 70 or a little after (its last record, written 0.50 s"
+    )

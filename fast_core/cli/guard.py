@@ -6,7 +6,7 @@ it stopped), and no rank number. The rank itself cannot report a SIGKILL; its pa
 the rank and, on a signal or a nonzero status, writes ``EXITS/rank<r>.json`` (rank, pid, host, signal, status,
 wall-clock) before it ends the same way, so mpiexec sees and does what it would have without it. The launcher reads
 the earliest such file to name the lost rank. Run as a plain script (stdlib only, nothing of fast_core imported), so
-it costs a bare interpreter's start.
+it costs a bare interpreter's start (isolated, -I: nothing next to it can shadow the standard library).
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ class Job:
                 command += ["-x", name]
             if self.hostfile is None and self.workers > (os.cpu_count() or 1):
                 command.append("--oversubscribe")
-        guard = [sys.executable, str(GUARD), str(self.exits), "--"] if self.exits and kind == "hydra" else []
+        guard = [sys.executable, "-I", str(GUARD), str(self.exits), "--"] if self.exits and kind == "hydra" else []
         return command + guard + self.target, env
 
 
