@@ -136,6 +136,7 @@ class Worker:
     def after_step(self) -> None:
         """Hook after the optimizer step (parameter strategies act here)."""
         self._ensure_started()
+        self.engine.check_alive()  # in-process: stop at once when another worker failed, whatever the strategy
         self.strategy.after_step(self.context)
         self.step = self.step + 1
         if self.log_every and self.step % self.log_every == 0:

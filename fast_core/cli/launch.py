@@ -5,10 +5,13 @@ exception on one rank aborts the whole job instead of leaving the others waiting
 so a Ctrl-C at the terminal reaches only this launcher, which forwards it (and SIGTERM) to mpiexec, which passes it
 to the ranks; after a grace period, or at a second Ctrl-C, every process of the job is killed (SIGKILL), found by
 walking /proc from mpiexec (MPICH starts each rank in a session of its own, so no process group holds them all).
+Under MPICH each rank runs below a small guard (guard.py) that records how it ended if badly, so the launcher can
+name a lost rank, which mpiexec's own banner does not.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,6 +28,8 @@ from typing import BinaryIO
 from .common import CLIError, say
 
 INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
+GUARD = Path(__file__).with_name("guard.py")
+"""Each rank's parent under MPICH: it records how a rank ended badly, which mpiexec does not say (guard.py)."""
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -89,6 +94,10 @@ class Job:
     variables: dict[str, str] = field(default_factory=dict)
     mpiexec: str | None = None
     hostfile: str | None = None
+    exits: Path | None = None
+    """Under MPICH, a folder where each rank that ends badly (a signal, a nonzero status) says so (guard.py)."""
+    stopped_by: int = field(default=0, init=False)
+    """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
 
     def __post_init__(self) -> None:  # what can be wrong is found before anything starts
         self.mpiexec = find_mpiexec(self.mpiexec)
@@ -114,7 +123,8 @@ class Job:
                 command += ["-x", name]
             if self.hostfile is None and self.workers > (os.cpu_count() or 1):
                 command.append("--oversubscribe")
-        return command + self.target, env
+        guard = [sys.executable, "-I", str(GUARD), str(self.exits), "--"] if self.exits and kind == "hydra" else []
+        return command + guard + self.target, env
 
 
 @dataclass
@@ -166,6 +176,18 @@ def kill_all(processes: set[tuple[int, int]]) -> None:
                 pass
 
 
+def first_exit(exits: Path) -> dict | None:
+    """The earliest bad ending the ranks' guards recorded in ``exits`` (the lost rank; mpiexec stopped the others
+    after it), or None."""
+    ended = []
+    for path in Path(exits).glob("rank*.json"):
+        try:
+            ended.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return min(ended, key=lambda e: e.get("wall", float("inf")), default=None)
+
+
 def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
     """Copy the job's output to ``log`` (and to our stdout if ``echo``) as bytes arrive: progress bars redraw with
     \\r, without newlines."""
@@ -185,7 +207,8 @@ def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
 
 
 def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool = True) -> int:
-    """Run ``job`` to its end and return its exit status (the worst rank's; 128 + signal if stopped by one).
+    """Run ``job`` to its end and return its exit status: the worst rank's, or 128 + the signal that stopped it
+    (Ctrl-C 130, SIGTERM 143).
 
     ``log``: write everything the ranks print (stdout and stderr) to this file, and show it too if ``echo``.
     """
@@ -232,9 +255,7 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
             kill_all(stop.seen)
         if copier is not None:
             copier.join(timeout=5)
-    status = proc.returncode
-    if status < 0:
-        status = 128 - status
-    if stop.signal and status == 0:
-        status = 128 + stop.signal
-    return status
+    job.stopped_by = stop.signal
+    if stop.signal:  # the shell's convention, whatever the ranks returned as they stopped: 130 Ctrl-C, 143 SIGTERM
+        return 128 + stop.signal
+    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode

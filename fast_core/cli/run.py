@@ -18,9 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import RunConfig, environment
-from ..runlog import RUN_FILE
+from ..runlog import RUN_FILE, read_run
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
-from .launch import Job, python_target, run_job
+from .launch import Job, first_exit, python_target, run_job
+
+EXITS = "exits"
+"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH)."""
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +174,9 @@ def main(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or new_run_dir(label)
     progress = sys.stdout.isatty() if args.progress is None else args.progress
     config = run_config(args, strategy=strategy, run_dir=run_dir, progress=progress, label=label)
-    job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile)
+    exits = run_dir / EXITS
+    shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
+    job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile, exits=exits)
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
     straggling = straggler_text(config)
@@ -187,10 +192,44 @@ def main(args: argparse.Namespace) -> int:
     )
     began = time.monotonic()
     status = run_job(job, grace=args.grace)
-    write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3))
+    lost = lost_rank(exits, run_dir) if status != 0 and not job.stopped_by else None
+    ending = {"lost": lost} if lost else {}
+    write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
+    if lost:
+        say(lost_text(lost))
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
     return status
+
+
+def lost_rank(exits: Path, run_dir: Path) -> dict | None:
+    """The first rank that ended badly (its guard's record), with the step of its last record in the run folder
+    and how long before its end that record was written; None if no guard recorded one."""
+    lost = first_exit(exits)
+    if lost is None:
+        return None
+    records = read_run(run_dir).get(lost["rank"], [])
+    start = next((r for r in records if r.get("kind") == "start"), None)
+    last = next((r for r in reversed(records) if "step" in r), None)
+    if last is not None:
+        lost["step"] = last["step"]
+        if start is not None and "wall_start" in start:
+            lost["record_age"] = round(lost["wall"] - start["wall_start"] - last["time"], 3)
+    return lost
+
+
+def lost_text(lost: dict) -> str:
+    """One line naming the lost rank, how it ended and the step it was at."""
+    how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
+    where = ""
+    if "step" in lost:
+        age = lost.get("record_age")
+        written = f", written {age:.2f} s before" if age is not None else ""
+        where = f" at step {lost['step']} or a little after (its last record{written})"
+    return (
+        f"rank {lost['rank']} (pid {lost['pid']}, host {lost['host']}) {how}{where}; mpiexec stopped the other "
+        "ranks (a PID in MPICH's banner above may be another rank's)"
+    )
 
 
 def straggler_text(config: RunConfig) -> str:

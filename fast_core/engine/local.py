@@ -47,16 +47,15 @@ class LocalCluster:
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``fn(engine, *args, **kwargs)`` on every rank in its own thread; return results by rank.
 
-        The first exception of any worker is re-raised here once all threads have stopped.
+        The first exception of any worker (the cause; the others then stop with PeerFailed) is re-raised here once
+        all threads have stopped, with a note naming its rank.
         """
         results: list[Any] = [None] * self.size
-        errors: list[BaseException | None] = [None] * self.size
 
         def body(rank: int) -> None:
             try:
                 results[rank] = fn(self.engine(rank), *args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
-                errors[rank] = exc
                 self.fail(rank, exc)
 
         threads = [threading.Thread(target=body, args=(r,), name=f"fast-rank-{r}") for r in range(self.size)]
@@ -64,10 +63,11 @@ class LocalCluster:
             t.start()
         for t in threads:
             t.join()
-        first = next((e for e in errors if e is not None and not isinstance(e, PeerFailed)), None)
-        first = first or next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        if self.failure is not None:
+            rank, exc = self.failure
+            if hasattr(exc, "add_note") and not isinstance(exc, PeerFailed):  # Python 3.11+
+                exc.add_note(f"(raised on rank {rank} of a LocalCluster of {self.size}; the other ranks stopped)")
+            raise exc
         return results
 
     def fail(self, rank: int, exc: BaseException) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..errors import MessageError, PeerTimeout
+from ..errors import MessageError, PeerFailed, PeerTimeout
 from .base import (
     MAX_USER_TAG,
     Engine,
@@ -69,7 +69,10 @@ class _MPIRequest(Request):
                     f"rank {self._rank} expected {self.nbytes} bytes from rank {self.peer} (tag {self.tag}) but "
                     "the message is larger: the two ranks disagree on the message layout"
                 ) from exc
-            raise
+            raise PeerFailed(
+                f"rank {self._rank}: the {self.describe()} failed in MPI ({exc.Get_error_string().splitlines()[0]}); "
+                f"rank {self.peer} has probably died"
+            ) from exc
         if finished:
             self.complete()
         return finished
@@ -93,12 +96,18 @@ class _MPIRequest(Request):
 
 
 class _Collective(Request):
-    def __init__(self, request, what: str) -> None:
+    def __init__(self, MPI, request, what: str) -> None:
         super().__init__(what, -1, -1, 0)
+        self._MPI = MPI
         self._request = request
 
     def test(self) -> bool:
-        self.done = self.done or self._request.Test()
+        try:
+            self.done = self.done or self._request.Test()
+        except self._MPI.Exception as exc:
+            raise PeerFailed(
+                f"{self.kind} failed in MPI ({exc.Get_error_string().splitlines()[0]}); a rank has probably died"
+            ) from exc
         return self.done
 
     def describe(self) -> str:
@@ -174,38 +183,62 @@ class MPIEngine(Engine):
         self._finish(self.comm.Ibarrier(), "barrier")
 
     def ibarrier(self) -> Request:
-        return _Collective(self.comm.Ibarrier(), "barrier")
+        return _Collective(self._MPI, self.comm.Ibarrier(), "barrier")
 
     def _finish(self, request, what: str) -> None:
         self._collectives += 1
         try:
-            self.wait_all((_Collective(request, what),))
+            self.wait_all((_Collective(self._MPI, request, what),))
         except PeerTimeout:
-            missing = self._diagnose(self._collectives)
+            missing, elsewhere = self._diagnose(self._collectives)
             raise PeerTimeout(
-                f"rank {self.rank} waited {self.timeout:g} s in {what} #{self._collectives} for rank(s) "
-                f"{list(missing)}, which never joined it (still computing, stuck, or on another code path); "
-                "raise the timeout (FAST_TIMEOUT) if they are only slow",
-                ranks=missing,
+                f"rank {self.rank} waited {self.timeout:g} s in {what} #{self._collectives}: "
+                f"{_absent_text(missing, elsewhere)}; raise the timeout (FAST_TIMEOUT) if they are only slow",
+                ranks=tuple(sorted({*missing, *elsewhere})),
             ) from None
 
-    def _diagnose(self, sequence: int) -> tuple[int, ...]:
-        """Find which ranks are absent from collective ``sequence``: those that are present also time out in it,
-        and tell each other so here."""
+    def _diagnose(self, sequence: int) -> tuple[tuple[int, ...], dict[int, int]]:
+        """Which ranks are absent from collective ``sequence`` (those present time out in it too and tell each other
+        so here), and which answered from another collective number. Never raises: a rank whose message fails (it
+        died) or never comes within a few seconds counts as absent."""
+        MPI = self._MPI
         others = [r for r in range(self.size) if r != self.rank]
         mine = np.array([sequence], dtype=np.int64)
         theirs = {r: np.zeros(1, dtype=np.int64) for r in others}
-        recvs = {r: self.comm.Irecv(theirs[r], r, _DIAGNOSE_TAG) for r in others}
+        recvs, answers, failed = {}, {}, set()
         for r in others:
-            self.comm.Isend(mine, r, _DIAGNOSE_TAG)  # never completed by an absent rank; the job ends anyway
-        present: set[int] = set()
+            try:
+                recvs[r] = self.comm.Irecv(theirs[r], r, _DIAGNOSE_TAG)
+                self.comm.Isend(mine, r, _DIAGNOSE_TAG)
+            except MPI.Exception:
+                failed.add(r)
         deadline = time.monotonic() + _DIAGNOSE_SECONDS
-        while time.monotonic() < deadline and len(present) < len(others):
-            for r, req in recvs.items():
-                if r not in present and req.Test() and theirs[r][0] == sequence:
-                    present.add(r)
+        waiting = [r for r in others if r in recvs and r not in failed]
+        while waiting and time.monotonic() < deadline:
+            for r in list(waiting):
+                try:
+                    finished = recvs[r].Test()  # once True the request is freed: it must not be tested or cancelled
+                except MPI.Exception:
+                    finished, failed = False, failed | {r}
+                    waiting.remove(r)
+                if finished:
+                    answers[r] = int(theirs[r][0])
+                    waiting.remove(r)
             time.sleep(1e-3)
-        for r, req in recvs.items():
-            if r not in present:
-                req.Cancel()
-        return tuple(r for r in others if r not in present)
+        for r in waiting:  # the sends are left to complete if they can: an absent rank may never receive
+            try:
+                recvs[r].Cancel()
+                recvs[r].Free()
+            except MPI.Exception:  # pragma: no cover - a request the library already dropped
+                pass
+        missing = tuple(r for r in others if r not in answers)
+        return missing, {r: n for r, n in answers.items() if n != sequence}
+
+
+def _absent_text(missing: tuple[int, ...], elsewhere: dict[int, int]) -> str:
+    """What the diagnosis found, for the PeerTimeout of a collective."""
+    parts = [f"for rank(s) {list(missing)}, which never joined it (still computing, stuck, or dead)"] if missing else []
+    parts += [f"rank {r} is in collective #{n} instead" for r, n in sorted(elsewhere.items())]
+    if elsewhere:
+        parts[-1] += " (the ranks ran different collectives: a code path only some ranks take)"
+    return "; ".join(parts) or "every rank is in it, yet it did not complete (a problem of the MPI library)"

@@ -101,6 +101,7 @@ class CommThread:
         pause = 0.0
         barrier: Request | None = None
         while True:
+            self.engine.check_alive()  # in-process: another worker's failure stops this thread, and so its trainer
             progressed = self._progress()
             if self._closing and barrier is None and self._ready_to_close():
                 barrier = self.engine.ibarrier()  # once it completes, every rank's messages have landed

@@ -1,0 +1,87 @@
+"""The parent of one rank under ``fast run``: ``python guard.py EXITS -- python -m mpi4py ...``, started by MPICH's
+mpiexec in the rank's place; it says how the rank ended if it ended badly.
+
+When a rank dies, MPICH's mpiexec kills the others at once and prints a PID that is often another rank's (the first
+it stopped), and no rank number. The rank itself cannot report a SIGKILL; its parent can, with no race: it waits for
+the rank and, on a signal or a nonzero status, writes ``EXITS/rank<r>.json`` (rank, pid, host, signal, status,
+wall-clock) before it ends the same way, so mpiexec sees and does what it would have without it. The launcher reads
+the earliest such file to name the lost rank. Run as a plain script (stdlib only, nothing of fast_core imported), so
+it costs a bare interpreter's start (isolated, -I: nothing next to it can shadow the standard library).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+"""Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx)."""
+
+
+def _ignore(_signum: int, _frame: object) -> None:
+    """mpiexec signals each rank's whole process group, so the rank gets Ctrl-C or SIGTERM itself; the guard stays
+    to see how it ends. (A handler, not SIG_IGN: a handled signal is reset to default in the rank at exec.)"""
+
+
+def record(exits: Path, pid: int, status: int) -> None:
+    """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place)."""
+    rank = next((os.environ[v] for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), None)
+    if rank is None:
+        return
+    ended = {
+        "rank": int(rank),
+        "pid": pid,
+        "host": socket.gethostname(),
+        "signal": _name(-status) if status < 0 else None,
+        "status": status,
+        "wall": time.time(),
+    }
+    exits.mkdir(parents=True, exist_ok=True)
+    partial = exits / f".rank{rank}.json.{os.getpid()}"
+    partial.write_text(json.dumps(ended) + "\n")
+    partial.replace(exits / f"rank{rank}.json")
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def end_like(status: int) -> None:
+    """Exit as the rank did: with its status, or killed by its signal (no core file of the guard's own)."""
+    if status >= 0:
+        sys.exit(status)
+    signum = -status
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    sys.exit(128 + signum)  # a signal whose default is to go on (e.g. SIGCHLD) ends the guard anyway
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        sys.exit("usage: guard.py EXITS -- command [args...]")
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _ignore)
+    rank = subprocess.Popen(argv[3:], close_fds=False)  # MPI's own descriptors (PMI_FD) must reach the rank
+    status = rank.wait()
+    if status != 0:
+        try:
+            record(Path(argv[1]), rank.pid, status)
+        except OSError as exc:  # never in the way of the ending itself
+            print(f"fast: could not record how rank ended: {exc}", file=sys.stderr)
+    end_like(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
