@@ -16,7 +16,8 @@ class PeerTimeout(FastError, TimeoutError):
 
 
 class PeerFailed(FastError):
-    """Another worker of the same in-process cluster raised, so this one stops instead of waiting forever."""
+    """Another worker failed (it raised in the same in-process cluster, or MPI reported an error on a message from
+    it), so this one stops instead of waiting for it."""
 
 
 class MessageError(FastError):
