@@ -136,6 +136,18 @@ class EASGD(Every):
         """Steps between two talks with the centre (``Every``'s ``k``)."""
         return self.k
 
+    @property
+    def alpha(self) -> float | None:
+        return self.inner.alpha
+
+    @property
+    def center(self) -> int:
+        return self.inner.center
+
+    @property
+    def synchronous(self) -> bool:
+        return self.inner.synchronous
+
     def center_params(self) -> np.ndarray | None:
         """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""
         return self.inner.center_params()
