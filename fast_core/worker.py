@@ -110,7 +110,7 @@ class Worker:
         start, and let the strategy set up."""
         if self._started:
             return self
-        check_same_setup(self.layout, canonical_strategy(self.strategy), self.engine)
+        check_same_setup(self.layout, canonical_strategy(self.strategy, shared=True), self.engine)
         lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank
         if self._broadcast_start:
             collectives.broadcast_params(self.model, self.engine, root=0)

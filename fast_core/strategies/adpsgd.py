@@ -33,6 +33,7 @@ class ADPSGD(Strategy):
 
     name = "adpsgd"
     lockstep = False
+    rank_options = ("seed",)  # each rank draws its own partners from (seed, rank) anyway
 
     def __init__(self, topology: str | Topology = "torus", seed: int = 0) -> None:
         self.topology = topology

@@ -29,6 +29,7 @@ class AsyncGossip(Gossip):
 
     lockstep = False
     synchronous = False
+    rank_options = ("seed",)  # each rank draws its own peers from (seed, rank) anyway
 
     def setup(self, ctx: StepContext) -> None:
         self._rng = np.random.default_rng((self.seed, ctx.rank))

@@ -128,24 +128,28 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
     return strategy
 
 
-def canonical_strategy(strategy: Strategy) -> str:
+def canonical_strategy(strategy: Strategy, shared: bool = False) -> str:
     """The strategy string of ``strategy`` with every option spelled out, e.g. "localsgd:period=4" or
     "dpsgd:topology=ring,weights=uniform,every=4": equal on two ranks exactly when they run the same algorithm with
-    the same options (``Worker.start`` compares it across ranks). For the built-in strategies with named topologies
-    ``make_strategy`` reads it back; a Topology or graph object is shown with a digest of its edges and weights."""
+    the same options. For the built-in strategies with named topologies ``make_strategy`` reads it back; a Topology
+    or graph object is shown with a digest of its edges and weights. ``shared=True`` leaves out the options each rank
+    may choose for itself (``Strategy.rank_options``): what ``Worker.start`` compares across ranks."""
     if isinstance(strategy, Schedule):
         (first, warm), *rest = strategy.phases
-        if len(rest) == 1 and type(warm) is AllReduce and _composable(then := canonical_strategy(rest[0][1]), "warmup"):
+        then = canonical_strategy(rest[0][1], shared) if len(rest) == 1 else ""
+        if type(warm) is AllReduce and _composable(then, "warmup"):
             return _with(then, "warmup", first)  # what warmup=W builds
-        return "schedule(" + ";".join(f"{_text(n)}:{canonical_strategy(s)}" for n, s in strategy.phases) + ")"
+        phases = ";".join(f"{_text(n)}:{canonical_strategy(s, shared)}" for n, s in strategy.phases)
+        return f"schedule({phases})"
     factory = STRATEGIES.get(getattr(strategy, "name", ""))
     if isinstance(factory, type) and isinstance(strategy, factory):
         names = [p for p in inspect.signature(factory).parameters if p != "self"]
         if all(hasattr(strategy, p) for p in names):
+            names = [p for p in names if not (shared and p in strategy.rank_options)]
             options = ",".join(f"{p}={_text(getattr(strategy, p))}" for p in names)
             return f"{strategy.name}:{options}" if options else strategy.name
     if isinstance(strategy, Every):
-        inner = canonical_strategy(strategy.inner)
+        inner = canonical_strategy(strategy.inner, shared)
         composable = _composable(inner, "every", "warmup")
         return _with(inner, "every", strategy.k) if composable else f"every({strategy.k},{inner})"
     kind = type(strategy)
