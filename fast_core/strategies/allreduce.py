@@ -20,6 +20,6 @@ class AllReduce(Strategy):
     def before_step(self, ctx: StepContext) -> None:
         grads = ctx.model.grads()
         check_own(ctx, grads, "gradients", every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
-        ctx.engine.allreduce(grads)
+        ctx.engine.allreduce(grads, kind="gradients")  # never matches another rank's average_params
         grads *= 1.0 / ctx.size
         ctx.model.set_grads(grads)

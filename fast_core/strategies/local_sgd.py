@@ -21,7 +21,7 @@ class ParameterAverage(Strategy):
     def after_step(self, ctx: StepContext) -> None:
         params = ctx.model.params()
         check_own(ctx, params, every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
-        ctx.engine.allreduce(params)
+        ctx.engine.allreduce(params, kind="parameters")
         params *= 1.0 / ctx.size
         ctx.model.set_params(params)
 
