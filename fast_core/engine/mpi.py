@@ -231,6 +231,6 @@ class MPIEngine(Engine):
                     present.add(r)
             time.sleep(1e-3)
         for r, req in recvs.items():
-            if r not in present:
+            if r not in present and req != self._MPI.REQUEST_NULL:  # a completed receive (another number) is freed
                 req.Cancel()
         return tuple(r for r in others if r not in present)
