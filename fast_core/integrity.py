@@ -51,8 +51,10 @@ def all_finite(x: np.ndarray) -> bool:
     in float32: such a buffer is finite, only slower to check).
     """
     flat = x.reshape(-1)
-    if flat.dtype in _BLAS_DTYPES and math.isfinite(float(np.dot(flat, flat))):
-        return True
+    if flat.dtype in _BLAS_DTYPES:
+        with np.errstate(over="ignore", invalid="ignore"):
+            if math.isfinite(float(np.dot(flat, flat))):
+                return True
     return bool(np.isfinite(flat).all())
 
 
