@@ -99,8 +99,9 @@ class SyncFAST(FAST):
         self._requests: list[Request] = []
 
     def before_step(self, ctx: StepContext) -> None:
-        check_own(ctx, ctx.model.grads(), "gradients", every=1)
-        np.copyto(self._sent, ctx.model.grads())
+        grads = ctx.model.grads()
+        check_own(ctx, grads, "gradients", every=1)
+        np.copyto(self._sent, grads)
         self._requests = ctx.engine.exchange(self._sent, self._dests, self._received, self._sources, Tag.PARAMETERS)
 
     def after_step(self, ctx: StepContext) -> None:

@@ -38,8 +38,9 @@ class AsyncFAST(FAST):
         )
 
     def before_step(self, ctx: StepContext) -> None:
-        check_own(ctx, ctx.model.grads(), "gradients", every=1)
-        self._mailbox.post(ctx.model.grads(), ctx.step)
+        grads = ctx.model.grads()
+        check_own(ctx, grads, "gradients", every=1)
+        self._mailbox.post(grads, ctx.step)
 
     def after_step(self, ctx: StepContext) -> None:
         for peer in self._sources:

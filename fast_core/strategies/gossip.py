@@ -94,7 +94,8 @@ class SyncGossip(Gossip):
     def after_step(self, ctx: StepContext) -> None:
         if ctx.size == 1:
             return
-        check_own(ctx, ctx.model.params())
+        params = ctx.model.params()
+        check_own(ctx, params)
         rank = ctx.rank
         choice = peer_choices(self.seed, ctx.step, ctx.size)
         target = int(choice[rank])
@@ -104,7 +105,6 @@ class SyncGossip(Gossip):
         sources, dests = (partner, chosen_by) if self.variant == "pull" else (chosen_by, partner)
         if not sources and not dests:
             return
-        params = ctx.model.params()
         if dests:
             np.copyto(self._send, params)
         recvs = self._receive_buffers(ctx, len(sources))
