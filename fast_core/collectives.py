@@ -2,7 +2,10 @@
 adapters (which only turn their tensors into flat arrays and back).
 
 They travel on the engine they are given; the Worker passes its unmetered engine, so start-up broadcasts and
-evaluation averages are not counted as training traffic. Every value crosses as raw numbers, never a pickle.
+evaluation averages are not counted as training traffic. Every value crosses as raw numbers, never a pickle. Their
+model-sized collectives are of kind "job" (``fast_core.engine.base.COLLECTIVE_KINDS``), so one rank averaging the
+consensus model can never match another rank's gradient all-reduce of the same size; the small control numbers
+(``count_active``, ``min_max``) have no kind.
 """
 
 from __future__ import annotations
@@ -15,18 +18,21 @@ import numpy as np
 from .contract import ModelAdapter
 from .engine import Engine
 
+JOB = "job"
+"""The collective kind of whole-job operations (see COLLECTIVE_KINDS)."""
+
 
 def broadcast_params(model: ModelAdapter, engine: Engine, root: int = 0) -> None:
     """Overwrite every rank's parameters with ``root``'s."""
     params = np.ascontiguousarray(model.params())
-    engine.broadcast(params, root)
+    engine.broadcast(params, root, kind=JOB)
     model.set_params(params)
 
 
 def average_params(model: ModelAdapter, engine: Engine) -> np.ndarray:
     """The mean of all ranks' parameters (one allreduce), as a new buffer; the model is left as it is."""
     mean = np.array(model.params(), copy=True)
-    engine.allreduce(mean)
+    engine.allreduce(mean, kind=JOB)
     mean /= engine.size
     return mean
 
@@ -35,7 +41,7 @@ def consensus_distance(model: ModelAdapter, engine: Engine) -> float:
     """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small (two allreduces)."""
     mean = average_params(model, engine)
     spread = np.array([np.sum((model.params() - mean) ** 2, dtype=np.float64)])
-    engine.allreduce(spread)
+    engine.allreduce(spread, kind=JOB)
     return float(spread[0]) / engine.size
 
 
@@ -46,9 +52,9 @@ def restart_from_best(model: ModelAdapter, engine: Engine, metric: float, reset_
     did.
     """
     best = np.array([metric], dtype=np.float64)
-    engine.allreduce(best, op="max")
+    engine.allreduce(best, op="max", kind=JOB)
     owner = np.array([engine.rank if metric >= best[0] else engine.size], dtype=np.int64)
-    engine.allreduce(owner, op="min")
+    engine.allreduce(owner, op="min", kind=JOB)
     broadcast_params(model, engine, root=int(owner[0]))
     if reset_optimizer:
         model.reset_optimizer()
@@ -76,7 +82,7 @@ def average_arrays(arrays: Sequence[np.ndarray], engine: Engine) -> list[np.ndar
     if not arrays:
         return []
     total = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays])
-    engine.allreduce(total)
+    engine.allreduce(total, kind=JOB)
     total /= engine.size
     return _split(total, arrays, cast=True)
 
@@ -87,7 +93,7 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], engine: Engine, root: int = 0
         return []
     contiguous = [np.asarray(a, order="C") for a in arrays]  # ascontiguousarray would make 0-d arrays 1-d
     raw = np.concatenate([a.reshape(-1).view(np.uint8) for a in contiguous])
-    engine.broadcast(raw, root)
+    engine.broadcast(raw, root, kind=JOB)
     out, offset = [], 0
     for a in contiguous:
         out.append(raw[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape).copy())
@@ -108,7 +114,7 @@ def average_logs(logs: MutableMapping[str, object], engine: Engine) -> None:
             "metrics for them to be averaged"
         )
     values = np.array([float(logs[k]) for k in names], dtype=np.float64)
-    engine.allreduce(values)
+    engine.allreduce(values, kind=JOB)
     values /= engine.size
     for name, value in zip(names, values, strict=True):
         logs[name] = float(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -24,7 +25,21 @@ class Metrics:
     """Samples this rank trained, as granted by ``Worker.claim_batch``."""
     job_samples: int | None = None
     """Samples the whole job trained, summed in ``close()`` under a shared work budget (None before, or without)."""
+    refused_messages: int = 0
+    """Messages from neighbours left out because they held NaN or Inf (``fast_core.integrity``)."""
     started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self._refused_from: set[int] = set()
+        self._lock = threading.Lock()  # refusals are counted by the trainer and by communication threads
+
+    def record_refusal(self, peer: int) -> bool:
+        """Count one refused message of ``peer``; True the first time for that peer (log it once, not every step)."""
+        with self._lock:
+            self.refused_messages += 1
+            first = peer not in self._refused_from
+            self._refused_from.add(peer)
+            return first
 
     def record_staleness(self, steps_behind: int) -> None:
         self.staleness_sum += steps_behind

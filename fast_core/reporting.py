@@ -34,7 +34,15 @@ from .straggler import Straggler
 if TYPE_CHECKING:
     from .worker import Worker
 
-METRICS = ("bytes_sent", "bytes_received", "messages_sent", "wait_seconds", "mean_staleness", "staleness_max")
+METRICS = (
+    "bytes_sent",
+    "bytes_received",
+    "messages_sent",
+    "wait_seconds",
+    "mean_staleness",
+    "staleness_max",
+    "refused_messages",
+)
 """The Worker's counters copied into every record (cumulative), besides the consensus distance."""
 SUMMED = "samples"
 """The one recorded value that adds up (a running total); every other value is averaged between records."""

@@ -17,19 +17,19 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import collectives
+from .agreement import check_same_setup
 from .budget import Allowance, Budget, check_batch_size
 from .config import RunConfig, environment
 from .contract import ModelAdapter
 from .engine import Engine
 from .engine.metered import MeteredEngine
-from .flat import check_same_layout
 from .metrics import Metrics
 from .observers import Observer
 from .reporting import Reporter
 from .straggler import Straggler
 from .strategies import Strategy
 from .strategies.base import StepContext
-from .strategies.spec import resolve_strategy
+from .strategies.spec import canonical_strategy, resolve_strategy
 
 log = logging.getLogger("fast")
 
@@ -108,11 +108,12 @@ class Worker:
 
     # training ---------------------------------------------------------------------------------------------------
     def start(self) -> Worker:
-        """Check every rank holds the same model, give all the same start, and let the strategy set up."""
+        """Check every rank holds the same model and runs the same strategy (one collective), give all the same
+        start, and let the strategy set up."""
         if self._started:
             return self
+        check_same_setup(self.layout, canonical_strategy(self.strategy, shared=True), self.engine)
         lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank
-        check_same_layout(self.layout, self.engine)
         if self._broadcast_start:
             collectives.broadcast_params(self.model, self.engine, root=0)
         self.strategy.setup(self.context)

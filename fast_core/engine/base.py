@@ -16,7 +16,7 @@ import numpy as np
 from ..config import DEFAULT_TIMEOUT, check_timeout, environment
 from ..errors import PeerTimeout
 
-__all__ = ["DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
+__all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
 
 
 def resolve_timeout(timeout: float | None) -> float:
@@ -31,6 +31,22 @@ YIELD_SECONDS = 0.02
 """How long a wait yields the core between polls (os.sched_yield) before it starts to sleep."""
 MAX_USER_TAG = 30000
 """Tags at or above this are reserved for the engines' own bookkeeping."""
+COLLECTIVE_KINDS = ("gradients", "parameters", "job")
+"""Kinds of collective that can never match one another: ``allreduce(buf, kind=...)`` and ``broadcast(...,
+kind=...)``. "gradients": a strategy averaging gradients in training; "parameters": a strategy averaging
+parameters in training (local SGD); "job": whole-job operations of ``fast_core.collectives`` (the consensus model,
+start-up broadcast, epoch-end restarts, averaged logs). A collective without a kind (control numbers, checks)
+matches only collectives without one.
+
+Why: collectives of a communicator match by their order alone, so a rank averaging the consensus model
+(``average_params``) and a rank in the gradient all-reduce of a model of the same size used to add up each other's
+buffers silently. Each kind therefore runs on its own duplicate of the communicator (MPI: ``Comm.Idup``, all kinds at
+once, in this fixed order, at the first collective that names a kind; in-process: a counter per kind). Two
+different kinds never match: each rank then waits in its own collective and a PeerTimeout names the ranks that never
+joined it. The cost per call is a dictionary look-up, where a sequence number checked by a second small reduction
+would add a reduction's latency to every call (doubling that of small ones); the price is that a mismatch is found
+at the timeout, not at once, and that two calls of the same kind (two ``average_params`` against one) still match
+as before."""
 
 
 class Request(ABC):
@@ -78,12 +94,13 @@ class Engine(ABC):
         """Start receiving into a contiguous buffer of exactly the size the peer sends."""
 
     @abstractmethod
-    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
-        """Reduce ``buf`` across all ranks, in place."""
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
+        """Reduce ``buf`` across all ranks, in place; ``kind`` (one of COLLECTIVE_KINDS) keeps it from matching a
+        collective of another kind."""
 
     @abstractmethod
-    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
-        """Overwrite ``buf`` on every rank with root's ``buf``."""
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
+        """Overwrite ``buf`` on every rank with root's ``buf``; ``kind`` as for allreduce."""
 
     @abstractmethod
     def barrier(self) -> None:
@@ -171,6 +188,11 @@ class Patience:
 def check_tag(tag: int) -> None:
     if not 0 <= tag < MAX_USER_TAG:
         raise ValueError(f"tag {tag} is outside 0..{MAX_USER_TAG - 1} (higher tags are reserved by FAST)")
+
+
+def check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in COLLECTIVE_KINDS:
+        raise ValueError(f"unknown collective kind {kind!r}; use one of {COLLECTIVE_KINDS} (or None)")
 
 
 def check_op(op: str) -> None:

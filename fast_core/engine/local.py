@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import MessageError, PeerFailed, PeerTimeout
-from .base import Engine, Request, check_contiguous, check_op, check_tag, resolve_timeout
+from .base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, resolve_timeout
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
@@ -196,6 +196,17 @@ class _Completed(Request):
         return True
 
 
+class _KindKey(NamedTuple):
+    """The key of a collective of one kind (COLLECTIVE_KINDS): numbered apart from the others, so collectives of
+    different kinds never meet in the same slot (and never equal an unkinded collective's integer key)."""
+
+    kind: str
+    number: int
+
+    def __str__(self) -> str:  # messages say "job allreduce(sum) #3"
+        return str(self.number)
+
+
 class LocalEngine(Engine):
     """One worker's view of a LocalCluster."""
 
@@ -210,6 +221,7 @@ class LocalEngine(Engine):
         self.size = cluster.size
         self.timeout = cluster.timeout
         self._generation = 0
+        self._kind_counts: dict[str, int] = {}
 
     def check_alive(self) -> None:
         self.cluster.check_alive()
@@ -237,17 +249,25 @@ class LocalEngine(Engine):
         self._generation += 1
         return self.cluster.gather_all(self.rank, self._generation, value, what)
 
-    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+    def _kind_collective(self, value: Any, what: str, kind: str | None) -> list[Any]:
+        """A collective of ``kind``: counted apart from the other kinds (see COLLECTIVE_KINDS)."""
+        if kind is None:
+            return self._collective(value, what)
+        check_kind(kind)
+        number = self._kind_counts[kind] = self._kind_counts.get(kind, 0) + 1
+        return self.cluster.gather_all(self.rank, _KindKey(kind, number), value, f"{kind} {what}")  # type: ignore[arg-type]
+
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         check_contiguous(buf, "allreduce")
         check_op(op)
-        values = self._collective(buf.copy(), f"allreduce({op})")
+        values = self._kind_collective(buf.copy(), f"allreduce({op})", kind)
         _REDUCERS[op].reduce(np.stack(values), axis=0, out=buf)
 
-    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         check_contiguous(buf, "broadcast")
         if not 0 <= root < self.size:
             raise ValueError(f"broadcast root {root} does not exist: ranks are 0..{self.size - 1}")
-        values = self._collective(buf.copy() if self.rank == root else None, "broadcast")
+        values = self._kind_collective(buf.copy() if self.rank == root else None, "broadcast", kind)
         if self.rank != root:
             np.copyto(buf, values[root])
 

@@ -118,14 +118,14 @@ class MeteredEngine(Engine):
                 request.finished()
 
     # collectives ---------------------------------------------------------------------------------------------------
-    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
-        self._timed(self.inner.allreduce, buf, op)
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
+        self._timed(self.inner.allreduce, buf, op, kind)
         traffic = int(2 * buf.nbytes * (self.size - 1) / self.size)  # what a ring all-reduce moves each way
         self._meter.sent(traffic, messages=0)
         self._meter.received(traffic, messages=0)
 
-    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
-        self._timed(self.inner.broadcast, buf, root)
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
+        self._timed(self.inner.broadcast, buf, root, kind)
         if self.size > 1:
             if self.rank == root:
                 self._meter.sent(buf.nbytes, messages=0)

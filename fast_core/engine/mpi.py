@@ -14,11 +14,13 @@ import numpy as np
 
 from ..errors import MessageError, PeerFailed, PeerTimeout
 from .base import (
+    COLLECTIVE_KINDS,
     MAX_USER_TAG,
     Engine,
     Patience,
     Request,
     check_contiguous,
+    check_kind,
     check_op,
     check_tag,
     resolve_timeout,
@@ -131,6 +133,8 @@ class MPIEngine(Engine):
         self.thread_level = names.get(granted, f"thread level {granted}")
         self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX}
         self._collectives = 0
+        self._kind_comms: dict[str, object] | None = None  # one duplicate per COLLECTIVE_KINDS, made when first needed
+        self._kind_slot = 0  # 1 + the index of the kind of the collective in progress (0: none), for _diagnose
 
     def dup(self, timeout: float | None = None) -> MPIEngine:
         return MPIEngine(self.comm.Dup(), self.timeout if timeout is None else timeout)
@@ -168,18 +172,39 @@ class MPIEngine(Engine):
         self.check_peer(source)
         return _MPIRequest(self._MPI, self.comm.Irecv(buf, source, tag), "receive", source, tag, buf, self.rank)
 
-    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         check_contiguous(buf, "allreduce")
         check_op(op)
-        self._finish(self.comm.Iallreduce(self._MPI.IN_PLACE, buf, self._ops[op]), f"allreduce({op})")
+        comm, what = self._kind_comm(kind, f"allreduce({op})")
+        self._finish(comm.Iallreduce(self._MPI.IN_PLACE, buf, self._ops[op]), what)
 
-    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         check_contiguous(buf, "broadcast")
         if not 0 <= root < self.size:
             raise ValueError(f"broadcast root {root} does not exist: ranks are 0..{self.size - 1}")
-        self._finish(self.comm.Ibcast(buf, root), "broadcast")
+        comm, what = self._kind_comm(kind, "broadcast")
+        self._finish(comm.Ibcast(buf, root), what)
+
+    def _kind_comm(self, kind: str | None, what: str):
+        """The communicator of collectives of ``kind`` (see COLLECTIVE_KINDS) and how messages name the call.
+
+        All kinds' duplicates are made together, in one fixed order, at the first collective that names any kind,
+        so every rank makes the same ones whatever kind its first such call has; each is waited with the timeout."""
+        self._kind_slot = 0
+        if kind is None:
+            return self.comm, what
+        check_kind(kind)
+        if self._kind_comms is None:
+            comms = {}
+            for name in COLLECTIVE_KINDS:
+                comms[name], request = self.comm.Idup()
+                self._finish(request, f"creating the communicator of {name} collectives")
+            self._kind_comms = comms
+        self._kind_slot = 1 + COLLECTIVE_KINDS.index(kind)
+        return self._kind_comms[kind], f"{kind} {what}"
 
     def barrier(self) -> None:
+        self._kind_slot = 0
         self._finish(self.comm.Ibarrier(), "barrier")
 
     def ibarrier(self) -> Request:
@@ -190,7 +215,9 @@ class MPIEngine(Engine):
         try:
             self.wait_all((_Collective(self._MPI, request, what),))
         except PeerTimeout:
-            missing, elsewhere = self._diagnose(self._collectives)
+            slots = 1 + len(COLLECTIVE_KINDS)  # the number sent tells the kind apart too
+            missing, elsewhere = self._diagnose(self._collectives * slots + self._kind_slot)
+            elsewhere = {r: (n // slots, _kind_name(n % slots)) for r, n in elsewhere.items()}
             raise PeerTimeout(
                 f"rank {self.rank} waited {self.timeout:g} s in {what} #{self._collectives}: "
                 f"{_absent_text(missing, elsewhere)}; raise the timeout (FAST_TIMEOUT) if they are only slow",
@@ -235,10 +262,15 @@ class MPIEngine(Engine):
         return missing, {r: n for r, n in answers.items() if n != sequence}
 
 
-def _absent_text(missing: tuple[int, ...], elsewhere: dict[int, int]) -> str:
+def _kind_name(slot: int) -> str:
+    """The kind of a collective from its diagnosis slot (0: none)."""
+    return "unkinded" if slot == 0 else f"'{COLLECTIVE_KINDS[slot - 1]}'"
+
+
+def _absent_text(missing: tuple[int, ...], elsewhere: dict[int, tuple[int, str]]) -> str:
     """What the diagnosis found, for the PeerTimeout of a collective."""
     parts = [f"for rank(s) {list(missing)}, which never joined it (still computing, stuck, or dead)"] if missing else []
-    parts += [f"rank {r} is in collective #{n} instead" for r, n in sorted(elsewhere.items())]
+    parts += [f"rank {r} is in {kind} collective #{n} instead" for r, (n, kind) in sorted(elsewhere.items())]
     if elsewhere:
         parts[-1] += " (the ranks ran different collectives: a code path only some ranks take)"
     return "; ".join(parts) or "every rank is in it, yet it did not complete (a problem of the MPI library)"

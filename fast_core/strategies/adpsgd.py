@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology
 from ..transport.service import RequestService
@@ -32,6 +33,7 @@ class ADPSGD(Strategy):
 
     name = "adpsgd"
     lockstep = False
+    rank_options = ("seed",)  # each rank draws its own partners from (seed, rank) anyway
 
     def __init__(self, topology: str | Topology = "torus", seed: int = 0) -> None:
         self.topology = topology
@@ -42,6 +44,7 @@ class ADPSGD(Strategy):
         if not graph.is_undirected():
             raise ConfigError(f"AD-PSGD averages in pairs, so it needs an undirected topology; {graph!r} is directed")
         self._rank = ctx.rank
+        self._ctx = ctx  # the service thread counts refusals into its metrics
         self._neighbors = graph.out_neighbors(ctx.rank)
         self._rng = np.random.default_rng((self.seed, ctx.rank))
         self._snapshot = np.array(ctx.model.params(), copy=True)  # this rank's value as pairs see it
@@ -70,10 +73,13 @@ class ADPSGD(Strategy):
             np.copyto(reply, theirs)  # crossed requests: ours is the one averaged; theirs becomes a no-op
             return
         np.copyto(reply, self._snapshot)
-        self._move_halfway(theirs)
+        if not refused(self._ctx, peer, theirs):  # NaN/Inf: answered, but our snapshot does not move
+            self._move_halfway(theirs)
 
     def _take_reply(self, peer: int, theirs: np.ndarray) -> None:
         asked = self._service.request_payload
+        if refused(self._ctx, peer, theirs):  # NaN/Inf: this pair changes nothing here
+            return
         if not np.array_equal(theirs, asked):  # a no-op answer (crossed requests) changes nothing
             # move by what the pair average (asked + theirs) / 2 changes, whatever our snapshot did meanwhile
             axpy(0.5, theirs, self._correction)
@@ -92,6 +98,7 @@ class ADPSGD(Strategy):
         return params
 
     def after_step(self, ctx: StepContext) -> None:
+        check_own(ctx, ctx.model.params())  # before it becomes the snapshot peers average with
         params = self._settle(ctx)
         if self._neighbors and self._service.pending is None:  # never wait: skip a turn while a pair is open
             self._service.ask(int(self._rng.choice(self._neighbors)), params)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..integrity import check_own
 from .base import Strategy
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ class AllReduce(Strategy):
 
     def before_step(self, ctx: StepContext) -> None:
         grads = ctx.model.grads()
-        ctx.engine.allreduce(grads)
+        check_own(ctx, grads, "gradients", every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
+        ctx.engine.allreduce(grads, kind="gradients")  # never matches another rank's average_params
         grads *= 1.0 / ctx.size
         ctx.model.set_grads(grads)

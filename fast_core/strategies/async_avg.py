@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology
 from ..transport.mailbox import Mailbox
@@ -81,10 +82,13 @@ class AsyncAveraging(Strategy):
             for peer in self._in_weights:
                 mailbox.wait_for(peer, min_step=step - self.staleness)
         params = ctx.model.params()
+        check_own(ctx, params)
         heard = []
         for peer, weight in self._in_weights.items():
             message = mailbox.take(peer)
-            if message is not None and (message.fresh or self.remix_stale):
+            if message is None or not (message.fresh or self.remix_stale):
+                continue
+            if not refused(ctx, peer, message.payload):  # NaN/Inf: not heard, its weight stays with this worker
                 heard.append((weight, message.payload))
                 ctx.metrics.record_staleness(max(0, step - message.step))
         if heard and self._sent is not None:  # x_i += sum_j w_ij (x_j - x_i^sent): own progress kept whole

@@ -83,6 +83,9 @@ class Strategy:
     name = "strategy"
     lockstep: bool = True
     uses_gradients: bool = False
+    rank_options: tuple[str, ...] = ()
+    """Options each rank may set for itself (an asynchronous strategy's seed of its own random choices): the
+    start-up check that all ranks run the same strategy leaves them out."""
 
     def lockstep_steps(self) -> float:
         """How many steps from this strategy's start every rank runs in lockstep (a shared budget counts those

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine import Request
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology, is_column_stochastic, make_topology
 from ..transport.tags import Tag
@@ -62,10 +63,15 @@ class DPSGD(Strategy):
     def after_step(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)
         params = ctx.model.params()
+        check_own(ctx, params)
         rank, step = ctx.rank, self._round
+        weights = self._graph.in_weights(rank, step)
+        # a neighbour's NaN/Inf parameters are refused: its weight stays with this worker for the step
+        heard = {peer: w for peer, w in weights.items() if not refused(ctx, peer, self._received[peer])}
+        own = self._graph.self_weight(rank, step) + sum(w for peer, w in weights.items() if peer not in heard)
         # params = x_i + delta_i  ->  w_ii x_i + sum_j w_ij x_j + delta_i
-        axpy(self._graph.self_weight(rank, step) - 1.0, self._start, params)
-        for peer, weight in self._graph.in_weights(rank, step).items():
+        axpy(own - 1.0, self._start, params)
+        for peer, weight in heard.items():
             axpy(weight, self._received[peer], params)
         ctx.model.set_params(params)
         self._post(ctx, step + 1)

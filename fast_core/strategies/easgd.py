@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..transport.tags import Tag
 from .base import Strategy
@@ -65,6 +66,7 @@ class ElasticRound(Strategy, ChoosesVariant):
         if ctx.size == 1:
             return
         params = ctx.model.params()
+        check_own(ctx, params)
         self._talk(ctx, params)
         ctx.model.set_params(params)
 
@@ -99,16 +101,19 @@ class SyncEASGD(ElasticRound):
         np.copyto(self._z_sent, z)
         others = self._others
         ctx.engine.wait_all(ctx.engine.exchange(self._z_sent, others, self._received, others, tag=Tag.PARAMETERS))
-        for x in (*self._received, params):
+        # z + alpha sum_j (x_j - z) over the members heard (a NaN/Inf x_j is refused: it does not move z)
+        heard = [x for peer, x in zip(others, self._received, strict=True) if not refused(ctx, peer, x)]
+        for x in (*heard, params):
             axpy(self._alpha, x, z)
-        axpy(-self._alpha * ctx.size, self._z_sent, z)
+        axpy(-self._alpha * (len(heard) + 1), self._z_sent, z)
         self._pull(params, self._z_sent)
 
     def _member_round(self, ctx: StepContext, params: np.ndarray) -> None:
         np.copyto(self._x_sent, params)
         centre = [self.center]
         ctx.engine.wait_all(ctx.engine.exchange(self._x_sent, centre, [self._z_in], centre, tag=Tag.PARAMETERS))
-        self._pull(params, self._z_in)
+        if not refused(ctx, self.center, self._z_in):  # a NaN/Inf centre is not followed
+            self._pull(params, self._z_in)
 
 
 class EASGD(Every):
@@ -130,6 +135,18 @@ class EASGD(Every):
     def tau(self) -> int:
         """Steps between two talks with the centre (``Every``'s ``k``)."""
         return self.k
+
+    @property
+    def alpha(self) -> float | None:
+        return self.inner.alpha
+
+    @property
+    def center(self) -> int:
+        return self.inner.center
+
+    @property
+    def synchronous(self) -> bool:
+        return self.inner.synchronous
 
     def center_params(self) -> np.ndarray | None:
         """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""

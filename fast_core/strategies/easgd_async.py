@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..integrity import refused
 from ..mixing import axpy
 from ..transport.service import RequestService
 from .easgd import ElasticRound, Talk
@@ -25,6 +26,7 @@ class AsyncEASGD(ElasticRound):
     synchronous = False
 
     def _setup_centre(self, ctx: StepContext) -> Talk:
+        self._ctx = ctx  # the service thread counts refusals into its metrics
         self._z_then = ctx.layout.empty()
         layout = ctx.layout
         self._service = RequestService(ctx.engine, self._others, layout.size, layout.dtype, self._answer, name="easgd")
@@ -35,8 +37,10 @@ class AsyncEASGD(ElasticRound):
         return self._member_talk
 
     def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
-        """Centre's thread: send back z, then z <- z + alpha (x_peer - z)."""
+        """Centre's thread: send back z, then z <- z + alpha (x_peer - z) (not for a NaN/Inf x_peer: refused)."""
         np.copyto(reply, self._z)
+        if peer != self.center and refused(self._ctx, peer, theirs):
+            return
         axpy(self._alpha, theirs, self._z)
         axpy(-self._alpha, reply, self._z)
 
@@ -47,7 +51,9 @@ class AsyncEASGD(ElasticRound):
 
     def _member_talk(self, ctx: StepContext, params: np.ndarray) -> None:
         self._service.ask(self.center, params)
-        self._pull(params, self._service.reply())
+        z = self._service.reply()
+        if not refused(ctx, self.center, z):  # a NaN/Inf centre is not followed
+            self._pull(params, z)
 
     def close(self, ctx: StepContext) -> None:
         self._service.close()

@@ -24,6 +24,7 @@ import numpy as np
 from ..collectives import restart_from_best
 from ..engine import Request
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..topology import Topology
 from ..transport.tags import Tag
 from .base import Strategy
@@ -98,13 +99,16 @@ class SyncFAST(FAST):
         self._requests: list[Request] = []
 
     def before_step(self, ctx: StepContext) -> None:
-        np.copyto(self._sent, ctx.model.grads())
+        grads = ctx.model.grads()
+        check_own(ctx, grads, "gradients", every=1)
+        np.copyto(self._sent, grads)
         self._requests = ctx.engine.exchange(self._sent, self._dests, self._received, self._sources, Tag.PARAMETERS)
 
     def after_step(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)
-        for gradient in self._received:
-            ctx.model.apply_gradient(gradient)
+        for peer, gradient in zip(self._sources, self._received, strict=True):
+            if not refused(ctx, peer, gradient, "gradients"):  # a NaN/Inf gradient is not applied
+                ctx.model.apply_gradient(gradient)
 
     def close(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..integrity import check_own, refused
 from ..transport.mailbox import Mailbox
 from .fast import FAST
 
@@ -45,13 +46,16 @@ class AsyncFAST(FAST):
         )
 
     def before_step(self, ctx: StepContext) -> None:
-        self._mailbox.post(ctx.model.grads(), ctx.step)
+        grads = ctx.model.grads()
+        check_own(ctx, grads, "gradients", every=1)
+        self._mailbox.post(grads, ctx.step)
 
     def after_step(self, ctx: StepContext) -> None:
         for peer in self._sources:
             for message in self._mailbox.take_all(peer):
-                ctx.model.apply_gradient(message.payload)
-                ctx.metrics.record_staleness(max(0, ctx.step - message.step))
+                if not refused(ctx, peer, message.payload, "gradients"):  # a NaN/Inf gradient is not applied
+                    ctx.model.apply_gradient(message.payload)
+                    ctx.metrics.record_staleness(max(0, ctx.step - message.step))
 
     def close(self, ctx: StepContext) -> None:
         self._mailbox.close()

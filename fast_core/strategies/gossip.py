@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..transport.tags import Tag
 from .base import Strategy
@@ -38,11 +39,14 @@ def peer_choices(seed: int, step: int, size: int) -> np.ndarray:
     return np.random.default_rng((seed, step)).integers(0, size, size=size)
 
 
-def average_into(params: np.ndarray, others: list[np.ndarray]) -> None:
-    """params <- (params + sum(others)) / (1 + len(others)), in place: both variants' one mixing rule."""
+def average_into(params: np.ndarray, others: list[np.ndarray], refusals: int = 0) -> None:
+    """params <- (params + sum(others)) / (1 + len(others)), in place: both variants' one mixing rule. ``refusals``
+    messages were refused (NaN/Inf): their weights stay with the worker, as if each had sent its own params."""
+    if refusals:
+        params *= 1.0 + refusals
     for x in others:
         axpy(1.0, x, params)
-    params *= 1.0 / (1 + len(others))
+    params *= 1.0 / (1 + refusals + len(others))
 
 
 class Gossip(Strategy, ChoosesVariant):
@@ -90,6 +94,8 @@ class SyncGossip(Gossip):
     def after_step(self, ctx: StepContext) -> None:
         if ctx.size == 1:
             return
+        params = ctx.model.params()
+        check_own(ctx, params)
         rank = ctx.rank
         choice = peer_choices(self.seed, ctx.step, ctx.size)
         target = int(choice[rank])
@@ -99,11 +105,11 @@ class SyncGossip(Gossip):
         sources, dests = (partner, chosen_by) if self.variant == "pull" else (chosen_by, partner)
         if not sources and not dests:
             return
-        params = ctx.model.params()
         if dests:
             np.copyto(self._send, params)
         recvs = self._receive_buffers(ctx, len(sources))
         ctx.engine.wait_all(ctx.engine.exchange(self._send, dests, recvs, sources, Tag.GOSSIP))
         if recvs:
-            average_into(params, recvs)
+            kept = [buf for peer, buf in zip(sources, recvs, strict=True) if not refused(ctx, peer, buf)]
+            average_into(params, kept, refusals=len(recvs) - len(kept))
             ctx.model.set_params(params)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..integrity import check_own, refused
 from ..transport.gossip_boxes import PullBox, PushBox
 from .gossip import Gossip, average_into
 
@@ -28,9 +29,11 @@ class AsyncGossip(Gossip):
 
     lockstep = False
     synchronous = False
+    rank_options = ("seed",)  # each rank draws its own peers from (seed, rank) anyway
 
     def setup(self, ctx: StepContext) -> None:
         self._rng = np.random.default_rng((self.seed, ctx.rank))
+        self._asked = -1  # the peer of the pull in flight
         params = ctx.model.params()
         if self.variant == "pull":
             pull_box = PullBox(ctx.engine, params, ctx.step)
@@ -43,6 +46,7 @@ class AsyncGossip(Gossip):
 
     def after_step(self, ctx: StepContext) -> None:
         if ctx.size > 1:
+            check_own(ctx, ctx.model.params())
             self._gossip(ctx)
 
     def close(self, ctx: StepContext) -> None:
@@ -55,7 +59,7 @@ class AsyncGossip(Gossip):
     def _pull(self, box: PullBox, ctx: StepContext) -> None:
         params = ctx.model.params()
         reply = box.take()
-        if reply is not None:
+        if reply is not None and not refused(ctx, self._asked, reply[0]):  # NaN/Inf: nothing changes
             payload, step = reply
             average_into(params, [payload])
             ctx.model.set_params(params)
@@ -65,6 +69,7 @@ class AsyncGossip(Gossip):
             peer = self._draw_peer(ctx)
             if peer is not None:
                 box.fetch(peer)
+                self._asked = peer
 
     def _push(self, box: PushBox, ctx: StepContext) -> None:
         params = ctx.model.params()
@@ -73,7 +78,8 @@ class AsyncGossip(Gossip):
             box.push(params, ctx.step, peer)  # skipped while the previous push has not left yet
         arrived = box.take_all()
         if arrived:
-            average_into(params, [payload for payload, _ in arrived])
+            kept = [(payload, step) for sender, payload, step in arrived if not refused(ctx, sender, payload)]
+            average_into(params, [payload for payload, _ in kept], refusals=len(arrived) - len(kept))
             ctx.model.set_params(params)
-            for _, step in arrived:
+            for _, step in kept:
                 ctx.metrics.record_staleness(max(0, ctx.step - step))

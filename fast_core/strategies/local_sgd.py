@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..integrity import check_own
 from .base import Strategy
 from .checks import check_steps
 from .compose import Every
@@ -19,7 +20,8 @@ class ParameterAverage(Strategy):
 
     def after_step(self, ctx: StepContext) -> None:
         params = ctx.model.params()
-        ctx.engine.allreduce(params)
+        check_own(ctx, params, every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
+        ctx.engine.allreduce(params, kind="parameters")
         params *= 1.0 / ctx.size
         ctx.model.set_params(params)
 

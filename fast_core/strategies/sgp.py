@@ -14,6 +14,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import ConfigError
+from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology, make_topology
 from ..transport.tags import Tag
@@ -91,6 +92,7 @@ class SGP(Strategy):
     def after_step(self, ctx: StepContext) -> None:
         state, x = self._state, self._state[:-1]
         params = ctx.model.params()  # z_i + delta_i
+        check_own(ctx, params)
         # x_i + delta_i = x_i - z_i + (z_i + delta_i) = (1 - 1/w_i) x_i + params, with no buffer for delta_i
         x *= 1.0 - 1.0 / state[-1]
         axpy(1.0, params, x)
@@ -98,7 +100,8 @@ class SGP(Strategy):
         if plan.dests or plan.sources:
             state *= plan.share
             ctx.engine.wait_all(ctx.engine.exchange(state, plan.dests, plan.recvs, plan.sources, tag=Tag.PUSH_SUM))
-            for buf in plan.recvs:  # the sends are complete, so the state may change now
-                axpy(1.0, buf, state)
+            for peer, buf in zip(plan.sources, plan.recvs, strict=True):  # the sends are complete: state may change
+                if not refused(ctx, peer, buf):  # NaN/Inf mass is dropped whole (x and w): x / w stays an average
+                    axpy(1.0, buf, state)
         np.divide(x, state[-1], out=params)
         ctx.model.set_params(params)

@@ -9,17 +9,24 @@ runs all-reduce for W steps first (``Schedule``), e.g. "dpsgd:exp1,every=4,warmu
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
+import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
+import networkx as nx
+import numpy as np
+
 from ..config import DEFAULT_STRATEGY, RunConfig, environment
 from ..errors import ConfigError
+from ..topology import Topology
 from .adpsgd import ADPSGD
 from .allreduce import AllReduce
 from .async_avg import AsyncAveraging
 from .base import Strategy
-from .compose import Every, read_strings_with, warmup
+from .compose import Every, Schedule, read_strings_with, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD
 from .fast import FAST
@@ -119,6 +126,65 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
     if steps is not None:
         strategy = warmup(steps, strategy)
     return strategy
+
+
+def canonical_strategy(strategy: Strategy, shared: bool = False) -> str:
+    """The strategy string of ``strategy`` with every option spelled out, e.g. "localsgd:period=4" or
+    "dpsgd:topology=ring,weights=uniform,every=4": equal on two ranks exactly when they run the same algorithm with
+    the same options. For the built-in strategies with named topologies ``make_strategy`` reads it back; a Topology
+    or graph object is shown with a digest of its edges and weights. ``shared=True`` leaves out the options each rank
+    may choose for itself (``Strategy.rank_options``): what ``Worker.start`` compares across ranks."""
+    if isinstance(strategy, Schedule):
+        (first, warm), *rest = strategy.phases
+        then = canonical_strategy(rest[0][1], shared) if len(rest) == 1 else ""
+        if type(warm) is AllReduce and _composable(then, "warmup"):
+            return _with(then, "warmup", first)  # what warmup=W builds
+        phases = ";".join(f"{_text(n)}:{canonical_strategy(s, shared)}" for n, s in strategy.phases)
+        return f"schedule({phases})"
+    factory = STRATEGIES.get(getattr(strategy, "name", ""))
+    if isinstance(factory, type) and isinstance(strategy, factory):
+        names = [p for p in inspect.signature(factory).parameters if p != "self"]
+        if all(hasattr(strategy, p) for p in names):
+            names = [p for p in names if not (shared and p in strategy.rank_options)]
+            options = ",".join(f"{p}={_text(getattr(strategy, p))}" for p in names)
+            return f"{strategy.name}:{options}" if options else strategy.name
+    if isinstance(strategy, Every):
+        inner = canonical_strategy(strategy.inner, shared)
+        composable = _composable(inner, "every", "warmup")
+        return _with(inner, "every", strategy.k) if composable else f"every({strategy.k},{inner})"
+    kind = type(strategy)
+    return f"{kind.__module__}.{kind.__qualname__}:" + re.sub(r" at 0x[0-9a-fA-F]+", "", repr(strategy))
+
+
+def _composable(spec: str, *keys: str) -> bool:
+    """Whether a key may be added to ``spec``: a plain strategy string without ``keys`` (make_strategy applies
+    ``every`` inside ``warmup``)."""
+    return spec.split(":")[0] in STRATEGIES and not any(re.search(rf"[:,]{key}=", spec) for key in keys)
+
+
+def _with(spec: str, key: str, value: object) -> str:
+    return f"{spec}{',' if ':' in spec else ':'}{key}={_text(value)}"
+
+
+def _text(value: object) -> str:
+    """An option's value as a strategy string spells it (parse_strategy reads it back)."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, Topology):
+        phases = (value.mixing_matrix(k).tobytes() for k in range(value.period))
+        return f"{value!r}#{_digest(b''.join(phases))}"
+    if isinstance(value, nx.Graph):
+        edges = sorted((str(u), str(v), repr(d.get("weight"))) for u, v, d in value.edges(data=True))
+        return f"{type(value).__name__}(nodes={value.number_of_nodes()})#{_digest(repr(edges).encode())}"
+    return str(value)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=6).hexdigest()
 
 
 def strategy_spec(config: RunConfig) -> str:

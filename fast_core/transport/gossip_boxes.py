@@ -96,14 +96,14 @@ class PushBox(GossipThread):
         self._nudge()
         return True
 
-    def take_all(self) -> list[tuple[np.ndarray, int]]:
-        """(payload, sender's step) of every push received since the last call; valid until the next call."""
+    def take_all(self) -> list[tuple[int, np.ndarray, int]]:
+        """(sender, payload, sender's step) of every push received since the last call; valid until the next call."""
         self._raise_if_failed()
         with self._cond:
             self._pool.extend(self._current)
-            self._current = list(self._arrived.values())
+            senders, self._current = list(self._arrived), list(self._arrived.values())
             self._arrived.clear()
-        return [self._read(slot) for slot in self._current]
+        return [(sender, *self._read(slot)) for sender, slot in zip(senders, self._current, strict=True)]
 
     # thread side
     def _fresh(self) -> np.ndarray:

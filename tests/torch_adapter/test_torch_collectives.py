@@ -21,13 +21,13 @@ class CountingEngine:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    def allreduce(self, buf: np.ndarray, op: str = "sum") -> None:
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         self.calls.append(("allreduce", buf.dtype, buf.size))
-        self.inner.allreduce(buf, op)
+        self.inner.allreduce(buf, op, kind)
 
-    def broadcast(self, buf: np.ndarray, root: int = 0) -> None:
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         self.calls.append(("broadcast", buf.dtype, buf.size))
-        self.inner.broadcast(buf, root)
+        self.inner.broadcast(buf, root, kind)
 
 
 def make_model(seed: int) -> torch.nn.Module:
