@@ -87,8 +87,10 @@ class Grants:
         self.next = 0
         """The grant claimed for the next batch Keras runs (0: none, the fit stops after the current one)."""
         self._saved: list[tuple[keras.Variable, np.ndarray]] | None = None
+        self._claimed_for = 0  # the worker step the next claim is for: claims run one batch ahead of the steps
 
     def start(self) -> None:
+        self._claimed_for = self.worker.step
         self.next = self._claim()
         if self.next == 0:  # Keras trains the first batch anyway: it is put back at the end
             self.model.stop_training = True
@@ -113,7 +115,8 @@ class Grants:
             self._saved = None
 
     def _claim(self) -> int:
-        granted = self.worker.allowance.claim(self.batch_size)
+        granted = self.worker.allowance.claim(self.batch_size, self._claimed_for)
+        self._claimed_for += 1
         if 0 < granted < self.batch_size:  # excluded by check_budget_options: every grant is a whole batch
             raise RuntimeError(f"a grant of {granted} samples for a batch of {self.batch_size}: fast_tf needs whole")
         return granted
