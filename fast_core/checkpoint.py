@@ -112,7 +112,7 @@ def load(path: str | os.PathLike, worker: Worker) -> Checkpoint:
         except CheckpointError as exc:
             error = str(exc)
     _agree(engine, error)
-    text = _broadcast_text(engine, json.dumps(header) if engine.rank == 0 else "")
+    text = engine.broadcast_text(json.dumps(header) if engine.rank == 0 else "")
     header = json.loads(text)
     if engine.rank != 0:
         params = worker.layout.empty()
@@ -181,21 +181,9 @@ def _read(path: str, layout) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
 # agreement between ranks -----------------------------------------------------------------------------------------
 def _agree(engine: Engine, error: str | None, root: int = 0) -> None:
     """Broadcast ``root``'s outcome; every rank raises CheckpointError with root's message when it failed."""
-    text = _broadcast_text(engine, error or "" if engine.rank == root else "", root)
+    text = engine.broadcast_text(error or "", root)
     if text:
         raise CheckpointError(text)
-
-
-def _broadcast_text(engine: Engine, text: str, root: int = 0) -> str:
-    raw = text.encode()
-    length = np.array([len(raw)], dtype=np.int64)
-    engine.broadcast(length, root)
-    buffer = np.zeros(int(length[0]), dtype=np.uint8)
-    if engine.rank == root:
-        buffer[:] = np.frombuffer(raw, dtype=np.uint8)
-    if buffer.size:
-        engine.broadcast(buffer, root)
-    return buffer.tobytes().decode(errors="replace")
 
 
 def _describe(state: Mapping[str, np.ndarray]) -> str:

@@ -150,14 +150,7 @@ def check_same_layout(layout: FlatLayout, engine) -> None:
     engine.allreduce(high, op="max")
     if np.array_equal(low, high):
         return
-    reference = layout.describe().encode()
-    length = np.array([len(reference)], dtype=np.int64)
-    engine.broadcast(length, root=0)
-    text = np.zeros(int(length[0]), dtype=np.uint8)
-    if engine.rank == 0:
-        text[:] = np.frombuffer(reference, dtype=np.uint8)
-    engine.broadcast(text, root=0)
-    diff = layout.first_difference(text.tobytes().decode())
+    diff = layout.first_difference(engine.broadcast_text(layout.describe(), root=0))
     culprit = np.array([engine.rank if diff is not None else engine.size], dtype=np.int64)
     engine.allreduce(culprit, op="min")
     bad_rank = int(culprit[0])

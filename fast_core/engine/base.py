@@ -102,6 +102,18 @@ class Engine(ABC):
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         """Overwrite ``buf`` on every rank with root's ``buf``; ``kind`` as for allreduce."""
 
+    def broadcast_text(self, text: str, root: int = 0) -> str:
+        """``root``'s ``text`` on every rank (collective: its length, then its UTF-8 bytes; others' text is unused)."""
+        raw = text.encode() if self.rank == root else b""
+        length = np.array([len(raw)], dtype=np.int64)
+        self.broadcast(length, root)
+        buffer = np.zeros(int(length[0]), dtype=np.uint8)
+        if self.rank == root:
+            buffer[:] = np.frombuffer(raw, dtype=np.uint8)
+        if buffer.size:
+            self.broadcast(buffer, root)
+        return buffer.tobytes().decode(errors="replace")
+
     @abstractmethod
     def barrier(self) -> None:
         """Return once every rank has entered the barrier."""
