@@ -9,7 +9,7 @@ from .budget import Budget
 from .config import RunConfig
 from .contract import ModelAdapter
 from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_under_mpi, mpi_engine
-from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerTimeout
+from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerLost, PeerTimeout
 from .flat import FlatLayout
 from .observers import Observer
 from .runtime import init, rank, size
@@ -62,6 +62,7 @@ __all__ = [
     "ModelMismatchError",
     "Observer",
     "PeerFailed",
+    "PeerLost",
     "PeerTimeout",
     "RunConfig",
     "StepContext",

@@ -20,6 +20,16 @@ class PeerFailed(FastError):
     it), so this one stops instead of waiting for it."""
 
 
+class PeerLost(PeerFailed):
+    """A fault-tolerant engine found that a rank of the job is gone (its process died): the survivors can shrink
+    the group (``Engine.shrink``) and go on. ``ranks``: the lost ranks' numbers in the job as first launched
+    (``Engine.world_ranks``), when known at the time of the error (empty otherwise: ``shrink`` tells)."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+
+
 class MessageError(FastError):
     """A message from a peer does not match what this rank expected (size, dtype, or header)."""
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..config import DEFAULT_TIMEOUT, check_timeout, environment
-from ..errors import PeerTimeout
+from ..errors import PeerFailed, PeerTimeout
 
 __all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
 
@@ -84,6 +84,26 @@ class Engine(ABC):
     asynchronous strategies refuse to start without it."""
     thread_level: str = "threads"
     """What the engine was granted, for error messages (MPI: the thread level's name, like MPI_THREAD_SINGLE)."""
+    fault_tolerant: bool = False
+    """Whether the job survives a lost rank: the engine then raises PeerLost (not PeerFailed) when a rank is gone,
+    and ``shrink`` gives the survivors a working group (MPI with ULFM under ``fast run --fault-tolerant``;
+    ``LocalCluster(fault_tolerant=True)``)."""
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        """The rank each current rank had when the job was launched (``shrink`` renumbers the survivors 0..n-1, in
+        their old order): messages and run records name ranks by these numbers."""
+        return tuple(range(self.size))
+
+    def shrink(self) -> tuple[int, ...]:
+        """Collective among the survivors, after a PeerLost: agree on who is gone, renumber the survivors 0..n-1
+        (in their old order; ``rank`` and ``size`` change in place, so every holder of this engine sees the new
+        group) and return the launch numbers (``world_ranks``) of the ranks lost. Engines made by ``dup`` before
+        are abandoned: their owners make new ones. Only fault-tolerant engines can."""
+        raise PeerFailed(
+            f"rank {self.rank}: the {self.name} engine cannot go on without a lost rank; run with "
+            "`fast run --fault-tolerant` (Open MPI with ULFM: pip install 'fast-training[mpi-ft]')"
+        )
 
     @abstractmethod
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:

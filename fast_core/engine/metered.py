@@ -75,9 +75,26 @@ class MeteredEngine(Engine):
         self.inner = engine
         self.metrics = metrics
         self._meter = meter if meter is not None else _Meter(metrics)
-        self.rank = engine.rank
-        self.size = engine.size
         self.name = engine.name
+
+    @property
+    def rank(self) -> int:  # type: ignore[override] - follows the inner engine through a shrink
+        return self.inner.rank
+
+    @property
+    def size(self) -> int:  # type: ignore[override]
+        return self.inner.size
+
+    @property
+    def fault_tolerant(self) -> bool:  # type: ignore[override]
+        return self.inner.fault_tolerant
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        return self.inner.world_ranks
+
+    def shrink(self) -> tuple[int, ...]:
+        return self.inner.shrink()
 
     @property
     def timeout(self) -> float:  # type: ignore[override]
