@@ -118,6 +118,7 @@ class Allowance:
         self._steps_left: int | None = None  # lockstep sample budget, fixed at the first claim
         self._job_step = 0  # the job's samples per lockstep step
         self._lockstep_samples = 0  # samples the job trained in lockstep steps (the same count on every rank)
+        self._batch = 0  # this rank's last lockstep batch size
         self.started = 0.0
         """``time.monotonic()`` at the common start (after ``start``): a seconds budget is measured from it."""
 
@@ -164,6 +165,29 @@ class Allowance:
             with self._shared.lock:
                 self._shared.remaining = left
 
+    def abandon(self) -> None:
+        """A rank was lost (fault-tolerant engine): stop rank 0's grant service at once, with no collective."""
+        if self._shared is not None:
+            self._shared.abandon()
+
+    def rejoin(self) -> None:
+        """Collective over the survivors after the group shrank (``Engine.shrink``; the Worker aligned their steps):
+        the lost ranks' share of the budget is taken over by the others. Lockstep: the steps left follow from the
+        samples the job has left and the survivors' samples per step. Asynchronous: rank 0 of the survivors holds
+        the counter again (``SharedSamples.rejoined``)."""
+        if self.budget.samples is None:
+            return
+        if self._shared is not None:
+            self._shared = self._shared.rejoined(self.engine)
+        elif self._steps_left is not None:
+            counts = np.array([self._lockstep_samples], dtype=np.int64)
+            self.engine.allreduce(counts, op="max")  # a rank one step ahead already counted that step
+            self._lockstep_samples = int(counts[0])
+            per_step = np.array([self._batch], dtype=np.int64)
+            self.engine.allreduce(per_step)
+            self._job_step = int(per_step[0])
+            self._steps_left = max(0, self.budget.samples - self._lockstep_samples) // self._job_step
+
     def close(self, samples: int) -> int:
         """Collective: stop the grant service and return the job's samples (this rank trained ``samples``)."""
         if self._shared is not None:
@@ -191,6 +215,7 @@ class Allowance:
                 left = self.budget.samples - self._lockstep_samples
                 self._shared = SharedSamples(left, self.engine, self.budget.ahead)
             return self._shared.claim(batch_size)
+        self._batch = batch_size
         if self._steps_left is None:
             self._steps_left = self._lockstep_steps(batch_size)
         if self._steps_left == 0:
@@ -229,6 +254,8 @@ class SharedSamples:
         self.remaining = total
         """Rank 0: samples not granted yet (read and written under ``lock``)."""
         self.spent_at: float | None = None
+        self.last_left = total
+        """The counter as this rank last heard it (rank 0's reply): what survivors fall back on if rank 0 is lost."""
         self._credit = 0
         self._asked = 0  # size of the request in flight, 0 when none
         self._reserved = False  # the request in flight was asked ahead of need (a wait for it means: ask earlier)
@@ -254,6 +281,25 @@ class SharedSamples:
         if not self._exhausted and not self._asked:
             self._ask(batch_size * self.ahead, batch_size, reserved=True)  # the next claims normally find it there
         return granted
+
+    def abandon(self) -> None:
+        """Stop the grant thread at once (a rank was lost); ``rejoined`` makes the survivors' counter."""
+        if self._service is not None:
+            self._service.abandon()
+
+    def rejoined(self, engine: Engine) -> SharedSamples:
+        """Collective over the survivors: the counter on their rank 0, holding what the job has left. If the old
+        rank 0 survived, its counter is exact; else the survivors' smallest last-seen count is used (grants made
+        after it to the lost ranks are not known: at most a few batches more are trained). Grants the survivors
+        held but had not trained go back to the counter; a lost rank's are spent with it."""
+        known = np.array([self.remaining if self.rank == 0 else -1, -self.last_left, self._credit], dtype=np.int64)
+        engine.allreduce(known[:2], op="max")
+        engine.allreduce(known[2:])
+        exact, last_seen, credit = int(known[0]), -int(known[1]), int(known[2])
+        left = (exact if exact >= 0 else last_seen) + credit
+        after = SharedSamples(left, engine, None if self.adaptive else self.ahead)
+        after.ahead, after.spent_at = self.ahead, self.spent_at
+        return after
 
     def close(self) -> None:
         """Collective: rank 0's thread serves until every rank has closed (a last reservation is answered)."""
@@ -286,7 +332,8 @@ class SharedSamples:
             self.ahead += 1  # the reservation was too short for the round trip
         reply = self._service.reply()  # PeerTimeout naming rank 0 after the engine's timeout
         self._credit += int(reply[0])
-        self._exhausted = int(reply[1]) == 0
+        self.last_left = int(reply[1])
+        self._exhausted = self.last_left == 0
         self._asked = 0
 
 

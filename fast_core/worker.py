@@ -9,10 +9,12 @@ its observers (reporter, straggler) what happens. It reads no environment variab
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from .config import RunConfig, environment
 from .contract import ModelAdapter
 from .engine import Engine
 from .engine.metered import MeteredEngine
+from .errors import PeerLost
 from .metrics import Metrics
 from .observers import Observer
 from .reporting import Reporter
@@ -30,8 +33,10 @@ from .straggler import Straggler
 from .strategies import Strategy
 from .strategies.base import StepContext
 from .strategies.spec import canonical_strategy, resolve_strategy
+from .survival import Recovery, check_can_survive, survive
 
 log = logging.getLogger("fast")
+T = TypeVar("T")
 
 
 class Worker:
@@ -85,6 +90,10 @@ class Worker:
         hook, so forward, backward and data loading. Measured once here, before ``on_compute_end``, for every
         observer (the Reporter sums it, the relative Straggler stretches it)."""
         self._compute_from = time.perf_counter()
+        self.first_step = 0
+        """The step training started (or resumed) from: a strategy's lockstep steps count from it."""
+        self.recoveries: list[Recovery] = []
+        """The losses of ranks this worker survived (a fault-tolerant engine), in order (``fast_core.survival``)."""
 
     @property
     def layout(self):
@@ -119,6 +128,7 @@ class Worker:
         self.strategy.setup(self.context)
         if self.budget is not None:  # collective, like the rest of start
             self.allowance = Allowance(self.budget, self.context.engine, lockstep_steps, first_step=self.step).start()
+        self.first_step = self.step
         self.started_at = self.allowance.started if self.allowance is not None else time.monotonic()
         self._started = True
         self._compute_from = time.perf_counter()
@@ -132,19 +142,22 @@ class Worker:
         self._notify("on_compute_end")
         if self.uneven_inputs and self.strategy.lockstep:
             collectives.count_active(self.engine, True)
-        self.strategy.before_step(self.context)
+        self._surviving(lambda: self.strategy.before_step(self.context))
 
     def after_step(self) -> None:
         """Hook after the optimizer step (parameter strategies act here)."""
         self._ensure_started()
-        self.engine.check_alive()  # in-process: stop at once when another worker failed, whatever the strategy
-        self.strategy.after_step(self.context)
+        self._surviving(self._mix)
         self.step = self.step + 1
         if self.log_every and self.step % self.log_every == 0:
             data = self.metrics.as_dict()
             log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
         self._compute_from = time.perf_counter()
         self._notify("on_step_end")
+
+    def _mix(self) -> None:
+        self.engine.check_alive()  # stop (or survive) at once when another worker was lost, whatever the strategy
+        self.strategy.after_step(self.context)
 
     def run_step(self, update: Callable[[], object] | None = None) -> None:
         """One step for adapters that run the update themselves (fast_tf, fast_jax; fast_torch gets this order from
@@ -181,7 +194,7 @@ class Worker:
     def end_epoch(self, metric: float) -> None:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
         self._ensure_started()
-        self.strategy.end_epoch(self.context, metric)
+        self._surviving(lambda: self.strategy.end_epoch(self.context, metric))
         self._compute_from = time.perf_counter()  # the epoch's evaluation is not a step's compute
         self._notify("on_epoch_end")
 
@@ -194,12 +207,15 @@ class Worker:
         (``fast_torch.average_model``, ``fast_tf.Callback(average_at_end=True)``, ``fast_jax.average(step=)``)
         closes, then averages."""
         if self._started and not self._closed:
-            self.strategy.close(self.context)
-            if self.allowance is not None:  # collective: the grant service stops, the job's samples are summed
-                self.metrics.job_samples = self.allowance.close(self.metrics.samples)
+            self._surviving(self._close_all)
             self._closed = True
             self._notify("on_close")
             log.debug("rank %d closed after %d steps", self.rank, self.step)
+
+    def _close_all(self) -> None:
+        self.strategy.close(self.context)
+        if self.allowance is not None:  # collective: the grant service stops, the job's samples are summed
+            self.metrics.job_samples = self.allowance.close(self.metrics.samples)
 
     def resume(self, step: int, samples_before: int = 0) -> None:
         """A checkpoint replaced the parameters (collective; ``fast_core.checkpoint.load`` calls it): continue at
@@ -224,7 +240,8 @@ class Worker:
         batch_size = check_batch_size(batch_size)
         if self._claim is not None and self._claim[0] == self.step:
             return self._claim[1]
-        granted = self.allowance.claim(batch_size, self.step) if self.allowance is not None else batch_size
+        allowance = self.allowance
+        granted = self._surviving(lambda: allowance.claim(batch_size, self.step)) if allowance else batch_size
         self.metrics.samples += granted
         self._claim = (self.step, granted)
         return granted
@@ -249,11 +266,11 @@ class Worker:
         """The mean of all ranks' parameters (one allreduce), as a new buffer: the model is left as it is, so it
         also evaluates the consensus model mid-training. Collective: every rank must call it at the same point;
         under an asynchronous strategy that makes the ranks wait for each other (the slowest sets the pace there)."""
-        return collectives.average_params(self.model, self.engine)
+        return self._surviving(lambda: collectives.average_params(self.model, self.engine))
 
     def consensus_distance(self) -> float:
         """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small; every rank must call it."""
-        value = collectives.consensus_distance(self.model, self.engine)
+        value = self._surviving(lambda: collectives.consensus_distance(self.model, self.engine))
         self.metrics.consensus_distance = value
         return value
 
@@ -280,6 +297,18 @@ class Worker:
         self._notify("on_record", "result", values)
 
     # ---------------------------------------------------------------------------------------------------------------
+    def _surviving(self, action: Callable[[], T]) -> T:
+        """Run ``action`` (a hook's collective work); when the engine reports a lost rank and the job can go on,
+        survive it (``fast_core.survival``) and run ``action`` again over the survivors."""
+        for attempt in itertools.count():
+            try:
+                return action()
+            except PeerLost as error:
+                check_can_survive(self, error, attempt)
+                recovery = survive(self, error)
+                self._notify("on_record", "membership", recovery.as_record())
+        raise AssertionError("unreachable")
+
     def _notify(self, event: str, *args: object) -> None:
         for observer in self.observers:
             getattr(observer, event)(self, *args)

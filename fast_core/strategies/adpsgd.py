@@ -43,6 +43,7 @@ class ADPSGD(Strategy):
         graph = static_topology(self.topology, ctx.size, "uniform", "AD-PSGD")
         if not graph.is_undirected():
             raise ConfigError(f"AD-PSGD averages in pairs, so it needs an undirected topology; {graph!r} is directed")
+        self._graph = graph  # healed when a rank is lost
         self._rank = ctx.rank
         self._ctx = ctx  # the service thread counts refusals into its metrics
         self._neighbors = graph.out_neighbors(ctx.rank)
@@ -102,6 +103,9 @@ class ADPSGD(Strategy):
         params = self._settle(ctx)
         if self._neighbors and self._service.pending is None:  # never wait: skip a turn while a pair is open
             self._service.ask(int(self._rng.choice(self._neighbors)), params)
+
+    def abandon(self, ctx: StepContext) -> None:
+        self._service.abandon()  # pair averages not yet applied are dropped: the Worker averages the survivors
 
     def close(self, ctx: StepContext) -> None:
         self._service.close()  # every rank's requests are answered once this returns

@@ -107,3 +107,6 @@ class AsyncAveraging(Strategy):
 
     def close(self, ctx: StepContext) -> None:
         self._mailbox.close()
+
+    def abandon(self, ctx: StepContext) -> None:
+        self._mailbox.abandon()

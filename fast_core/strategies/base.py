@@ -11,7 +11,11 @@ cycles through all its peers.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..topology import make_topology
+from ..topology.heal import heal
 
 if TYPE_CHECKING:
     from ..contract import ModelAdapter
@@ -28,10 +32,18 @@ class StepContext:
         """Messages, collectives and waits; metered, so the strategy counts nothing by hand."""
         self.model = model
         self.metrics = metrics
-        self.rank = engine.rank
-        self.size = engine.size
         self.round = 0
         self._step = 0
+
+    @property
+    def rank(self) -> int:
+        """This rank's number in the group (it changes when a fault-tolerant job loses a rank: ``Engine.shrink``)."""
+        return self.engine.rank
+
+    @property
+    def size(self) -> int:
+        """The number of ranks in the group (it shrinks with the group)."""
+        return self.engine.size
 
     @property
     def layout(self) -> FlatLayout:
@@ -66,6 +78,17 @@ class _ChildContext(StepContext):
     @step.setter
     def step(self, value: int) -> None:
         raise AttributeError("a child context follows its parent's step")
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """How the group changed when a fault-tolerant job lost ranks (``Engine.shrink``)."""
+
+    kept: tuple[int, ...]
+    """The survivors' ranks in the group before, in their new order (survivor ``i`` was rank ``kept[i]``)."""
+    old_size: int
+    lost: tuple[int, ...]
+    """The lost ranks' launch numbers (``Engine.world_ranks``)."""
 
 
 class Strategy:
@@ -110,6 +133,31 @@ class Strategy:
     def reset(self, ctx: StepContext) -> None:
         """The parameters were replaced (a checkpoint was loaded, ``ctx.step`` set to its step): forget what was
         sent or mixed from the old ones (collective). Asynchronous strategies drop what is in flight and re-post."""
+
+    survivable: bool = True
+    """Whether the strategy can go on over the survivors when a rank is lost (a fault-tolerant engine). One that
+    cannot says so (False) and the job ends with the PeerLost error."""
+
+    def abandon(self, ctx: StepContext) -> None:
+        """A rank was lost: stop communication threads and forget requests at once, without any collective (the
+        group's communicators are revoked; ``rejoin`` follows over the survivors)."""
+
+    def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        """The group shrank to the survivors (``ctx.rank``/``ctx.size`` are the new ones) and the Worker left every
+        survivor at the same parameters (their average) and step. Collective: set up again over the survivors, on
+        the topology healed around the lost ranks (``heal_topology``)."""
+        self.heal_topology(change)
+        self.setup(ctx)
+
+    def heal_topology(self, change: GroupChange) -> None:
+        """Replace this strategy's topology by the one over the survivors (``fast_core.topology.heal``: the lost
+        ranks' neighbours are joined, weights renormalised); also for a strategy not set up yet (a later phase of
+        a Schedule). Nothing for strategies without a topology."""
+        built = getattr(self, "_graph", None)
+        if built is None and getattr(self, "topology", None) is not None:
+            built = make_topology(self.topology, change.old_size, weights=getattr(self, "weights", "uniform"))
+        if built is not None:
+            self.topology = heal(built, change.kept)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -21,7 +21,7 @@ from .base import Strategy
 from .checks import check_steps
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from .base import GroupChange, StepContext
 
 
 _from_string: Callable[[str], Strategy] | None = None
@@ -91,6 +91,16 @@ class Every(Strategy):
 
     def reset(self, ctx: StepContext) -> None:
         self.inner.reset(self._inner_ctx)
+
+    def abandon(self, ctx: StepContext) -> None:
+        self.inner.abandon(self._inner_ctx)
+
+    def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        self.inner.rejoin(self._inner_ctx, change)  # its context keeps counting its rounds
+
+    @property
+    def survivable(self) -> bool:
+        return self.inner.survivable
 
 
 Phase = tuple[int | None, Strategy | str]
@@ -206,6 +216,19 @@ class Schedule(Strategy):
     def reset(self, ctx: StepContext) -> None:
         self._advance(ctx)  # the phase of the checkpoint's step
         self.active.reset(ctx)
+
+    def abandon(self, ctx: StepContext) -> None:
+        self.active.abandon(ctx)
+
+    def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        for index, (_, strategy) in enumerate(self.phases):
+            if index != self._index:  # later phases start on the healed topology too
+                strategy.heal_topology(change)
+        self.active.rejoin(ctx, change)
+
+    @property
+    def survivable(self) -> bool:
+        return all(strategy.survivable for _, strategy in self.phases)
 
 
 def warmup(steps: int, then: Strategy | str) -> Strategy:

@@ -7,6 +7,7 @@ mechanism of compose.py, and the round is ``SyncEASGD`` (here) or ``AsyncEASGD``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,8 +21,10 @@ from .base import Strategy
 from .checks import ChoosesVariant, check_flag, check_steps
 from .compose import Every
 
+log = logging.getLogger("fast")
+
 if TYPE_CHECKING:
-    from .base import StepContext
+    from .base import GroupChange, StepContext
 
 Talk = Callable[["StepContext", np.ndarray], None]
 """One rank's part of a round: move ``params`` (this worker's x, changed in place) and z."""
@@ -55,6 +58,15 @@ class ElasticRound(Strategy, ChoosesVariant):
         else:
             self._z = None
             self._talk = self._setup_member(ctx)
+
+    def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        """The centre stays on its rank if it survived, else moves to rank 0; z restarts from the parameters the
+        Worker left (the survivors' average), and alpha follows the new size unless it was given."""
+        old = self.center
+        self.center = change.kept.index(old) if old in change.kept else 0
+        if ctx.rank == 0 and old not in change.kept:
+            log.warning("EASGD: the centre's rank was lost; the centre moves to rank 0, from the survivors' average")
+        self.setup(ctx)
 
     def _setup_centre(self, ctx: StepContext) -> Talk:
         raise NotImplementedError

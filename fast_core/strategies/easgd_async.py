@@ -57,3 +57,6 @@ class AsyncEASGD(ElasticRound):
 
     def close(self, ctx: StepContext) -> None:
         self._service.close()
+
+    def abandon(self, ctx: StepContext) -> None:
+        self._service.abandon()

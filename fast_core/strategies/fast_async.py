@@ -59,3 +59,6 @@ class AsyncFAST(FAST):
 
     def close(self, ctx: StepContext) -> None:
         self._mailbox.close()
+
+    def abandon(self, ctx: StepContext) -> None:
+        self._mailbox.abandon()

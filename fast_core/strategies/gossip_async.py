@@ -52,6 +52,9 @@ class AsyncGossip(Gossip):
     def close(self, ctx: StepContext) -> None:
         self._box.close()
 
+    def abandon(self, ctx: StepContext) -> None:
+        self._box.abandon()
+
     def _draw_peer(self, ctx: StepContext) -> int | None:
         peer = int(self._rng.integers(0, ctx.size))
         return None if peer == ctx.rank else peer

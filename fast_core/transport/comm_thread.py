@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from ..engine import Engine, Request
-from ..errors import FastError, PeerTimeout
+from ..errors import FastError, PeerLost, PeerTimeout
 
 _FIRST_PAUSE = 1e-4
 """An idle thread's first sleep between polls (seconds); each next one doubles it, up to ``idle_pause``."""
@@ -45,6 +45,7 @@ class CommThread:
         self._wake = threading.Event()
         self._waiting = 0  # trainer waits in progress (changed under _cond): poll faster meanwhile
         self._closing = False
+        self._abandoned = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
 
@@ -79,11 +80,23 @@ class CommThread:
             )
         self._raise_if_failed()
 
+    def abandon(self) -> None:
+        """Stop at once, with no collective: the group lost a rank and its communicators are revoked (a
+        fault-tolerant engine). What was in flight is dropped; the strategy makes a new thread over the survivors."""
+        self._abandoned = True
+        self._nudge()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
     def _nudge(self) -> None:
         """Wake the idle thread now: the trainer staged work (a message, a request, the close)."""
         self._wake.set()
 
     def _raise_if_failed(self) -> None:
+        if isinstance(self._error, PeerLost):  # the trainer survives it: it must see it as it is
+            raise PeerLost(f"rank {self.rank}: {self.name}: {self._error}") from self._error
         if self._error is not None:
             raise FastError(f"rank {self.rank}: {self.name} communication thread failed: {self._error}") from (
                 self._error
@@ -100,7 +113,7 @@ class CommThread:
     def _loop(self) -> None:
         pause = 0.0
         barrier: Request | None = None
-        while True:
+        while not self._abandoned:
             self.engine.check_alive()  # in-process: another worker's failure stops this thread, and so its trainer
             progressed = self._progress()
             if self._closing and barrier is None and self._ready_to_close():
@@ -113,7 +126,8 @@ class CommThread:
                 self._wake.wait(pause)
                 self._wake.clear()
                 pause = min(_WAITED_PAUSE if self._waiting else self.idle_pause, pause * 2 + _FIRST_PAUSE)
-        self._shutdown()
+        if not self._abandoned:
+            self._shutdown()
 
     def _check_delivery(self, sends: Sequence[Request], started: float) -> bool:
         """True when all ``sends`` completed; PeerTimeout naming the receivers once they took too long."""

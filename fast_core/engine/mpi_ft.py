@@ -1,0 +1,191 @@
+"""The fault-tolerant MPI engine: a rank that dies is survived (Open MPI with ULFM, ``fast run --fault-tolerant``).
+
+With ULFM (User Level Failure Mitigation, in Open MPI 5 under ``mpiexec --with-ft ulfm``) an MPI call that involves
+a dead process returns MPI_ERR_PROC_FAILED instead of ending the job, once the communicator's error handler is
+MPI_ERRORS_RETURN. Only the ranks that talk to the dead one see that error, so the first rank that sees it revokes
+every communicator of the group (the engine's own, the duplicates its collective kinds and communication threads
+use): from then on every pending or new call on them fails with MPI_ERR_REVOKED on every survivor, which raises
+``PeerLost``. The Worker then stops its strategy's threads and calls ``shrink``: ``MPI_Comm_shrink`` gives the
+survivors one agreed communicator, renumbered in their old order, on which the job goes on.
+
+A collective that fails must leave the caller's buffer as it was, so that the step can be run again over the
+survivors: allreduce and broadcast here write into a scratch buffer and copy back only on success.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..errors import FastError, PeerLost, PeerTimeout
+from .mpi import MPIEngine, _error_text, _mpi
+
+SHRINK_GRACE = 5.0
+"""Seconds added to the engine's timeout for every survivor to reach the shrink (each finishes its step first)."""
+
+
+class _Group:
+    """The communicators of one group, revoked together when a rank of it is lost."""
+
+    def __init__(self, comm) -> None:
+        self.comms = [comm]
+        self.lost = False
+        self.reason = ""
+        self._lock = threading.Lock()
+
+    def add(self, comm) -> None:
+        with self._lock:
+            self.comms.append(comm)
+        if self.lost:  # made while the group was being revoked: it is no better
+            _revoke(comm)
+
+    def revoke(self, reason: str) -> None:
+        """Revoke every communicator of the group (once): every survivor's calls on them fail from now on."""
+        with self._lock:
+            if self.lost:
+                return
+            self.lost, self.reason = True, reason
+            comms = list(self.comms)
+        for comm in comms:
+            _revoke(comm)
+
+
+def _revoke(comm) -> None:
+    try:
+        comm.Revoke()
+    except Exception:  # noqa: BLE001 - a communicator already revoked or freed by the library
+        pass
+
+
+class FaultTolerantMPIEngine(MPIEngine):
+    """MPIEngine whose job survives a dead rank: ``PeerLost`` on every survivor, then ``shrink``."""
+
+    name = "mpi-ft"
+    fault_tolerant = True
+
+    def __init__(self, comm=None, timeout: float | None = None, *, _group: _Group | None = None,
+                 _world: tuple[int, ...] | None = None) -> None:
+        MPI = _mpi()
+        check_ulfm(MPI)
+        if comm is None:
+            MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)  # duplicates inherit it
+            comm = MPI.COMM_WORLD.Dup()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        super().__init__(comm, timeout)
+        self._group = _group if _group is not None else _Group(comm)
+        self._world = _world if _world is not None else tuple(range(self.size))
+        self._scratch: dict[tuple[int, str], np.ndarray] = {}
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        return self._world
+
+    # failures ------------------------------------------------------------------------------------------------
+    def _failure(self, exc: Exception, text: str) -> Exception:
+        MPI = self._MPI
+        lost_classes = {MPI.ERR_PROC_FAILED, getattr(MPI, "ERR_PROC_FAILED_PENDING", MPI.ERR_PROC_FAILED),
+                        MPI.ERR_REVOKED}
+        if exc.Get_error_class() not in lost_classes:
+            return super()._failure(exc, text)
+        self._group.revoke(text)
+        return PeerLost(f"{text}; the survivors shrink the group and go on")
+
+    def check_alive(self) -> None:
+        if self._group.lost:
+            raise PeerLost(f"rank {self.rank}: the group lost a rank ({self._group.reason})")
+
+    def dup(self, timeout: float | None = None) -> FaultTolerantMPIEngine:
+        self.check_alive()
+        comm = self._post(self.comm.Dup)
+        self._group.add(comm)
+        return FaultTolerantMPIEngine(comm, self.timeout if timeout is None else timeout, _group=self._group,
+                                      _world=self._world)
+
+    def _kind_comm(self, kind: str | None, what: str):
+        fresh = kind is not None and self._kind_comms is None
+        comm, what = super()._kind_comm(kind, what)
+        if fresh:
+            for made in self._kind_comms.values():
+                self._group.add(made)
+        return comm, what
+
+    # collectives that leave the buffer intact when they fail --------------------------------------------------
+    def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
+        self.check_alive()
+        scratch = self._scratch_for(buf)
+        np.copyto(scratch, buf)
+        super().allreduce(scratch, op, kind)
+        np.copyto(buf, scratch)
+
+    def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
+        self.check_alive()
+        if self.rank == root:
+            super().broadcast(buf, root, kind)
+            return
+        scratch = self._scratch_for(buf)
+        super().broadcast(scratch, root, kind)
+        np.copyto(buf, scratch)
+
+    def _scratch_for(self, buf: np.ndarray) -> np.ndarray:
+        key = (buf.size, buf.dtype.str)
+        scratch = self._scratch.get(key)
+        if scratch is None:
+            self._scratch = {key: np.empty(buf.size, dtype=buf.dtype)}  # one at a time: the last size used
+            scratch = self._scratch[key]
+        return scratch.reshape(buf.shape)
+
+    # the group shrinks to the survivors -----------------------------------------------------------------------
+    def shrink(self) -> tuple[int, ...]:
+        MPI = self._MPI
+        self._group.revoke(f"rank {self.rank} shrinks the group")
+        shrunk = self._shrink_in_time()
+        shrunk.Set_errhandler(MPI.ERRORS_RETURN)
+        old, new = self.comm.Get_group(), shrunk.Get_group()
+        kept = MPI.Group.Translate_ranks(new, list(range(new.Get_size())), old)
+        old.Free()
+        new.Free()
+        lost = tuple(self._world[r] for r in range(self.size) if r not in set(kept))
+        self._world = tuple(self._world[r] for r in kept)
+        self.comm = shrunk
+        self.rank, self.size = shrunk.Get_rank(), shrunk.Get_size()
+        self._group = _Group(shrunk)
+        self._kind_comms = None
+        self._collectives = 0
+        return lost
+
+    def _shrink_in_time(self):
+        """MPI_Comm_shrink, which has no timeout of its own, run beside a deadline: a survivor that never comes
+        (stuck, or frozen by SIGSTOP: ULFM declares only dead processes failed) ends the job with a PeerTimeout."""
+        result: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                result["comm"] = self.comm.Shrink()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                result["error"] = exc
+
+        thread = threading.Thread(target=run, name=f"fast-shrink-rank{self.rank}", daemon=True)
+        started = time.monotonic()
+        thread.start()
+        thread.join(self.timeout + SHRINK_GRACE)
+        if thread.is_alive():
+            raise PeerTimeout(
+                f"rank {self.rank} waited {time.monotonic() - started:.0f} s for the other survivors to shrink the "
+                "group after a rank was lost; a survivor is stuck or frozen (a frozen process is not dead to MPI)"
+            )
+        if "error" in result:
+            exc = result["error"]
+            raise FastError(f"rank {self.rank}: MPI could not shrink the group ({_error_text(exc)})") from exc
+        return result["comm"]
+
+
+def check_ulfm(MPI) -> None:
+    """Refuse, on every rank, an MPI library that cannot survive a dead process."""
+    version = MPI.Get_library_version()
+    if "Open MPI" not in version or not hasattr(MPI.Comm, "Shrink"):
+        raise FastError(
+            "the fault-tolerant engine needs Open MPI with ULFM (run by `fast run --fault-tolerant`, which passes "
+            f"`--with-ft ulfm`), but mpi4py loaded {version.splitlines()[0]!r}; pip install 'fast-training[mpi-ft]'"
+        )

@@ -1,0 +1,83 @@
+"""Run under Open MPI with ULFM: ``mpiexec --with-ft ulfm -n 4 python -m mpi4py tests/survival_mpi.py STRATEGY
+VICTIMS OUT [SAMPLES]``. Softmax regression on the digits, a shared sample budget; each rank in VICTIMS (launch
+numbers with the step at which each kills itself with SIGKILL, e.g. ``2@30,1@60``) dies there, and the survivors
+go on. Every survivor writes ``OUT/rank<launch number>.json``: what it saw, for tests/test_survival_mpi.py and
+benchmarks/chaos.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fast_core import Budget, Worker
+from fast_core.datasets import batches, example_task, shard_indices
+from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
+from fast_core.numpy_model import SoftmaxRegression
+
+BATCH = 32
+
+
+def victims(text: str) -> dict[int, int]:
+    """``2@30,1@60`` -> {2: 30, 1: 60}; ``-`` for none."""
+    if text in ("", "-"):
+        return {}
+    return {int(rank): int(step) for rank, step in (item.split("@") for item in text.split(","))}
+
+
+def main() -> None:
+    strategy, doomed, out = sys.argv[1], victims(sys.argv[2]), Path(sys.argv[3])
+    samples = int(sys.argv[4]) if len(sys.argv) > 4 else 20_000
+    engine = FaultTolerantMPIEngine(timeout=float(os.environ.get("FAST_TIMEOUT", "60")))
+    me = engine.world_ranks[engine.rank]
+    task = example_task("digits")
+    x, y = task.train
+    shard = shard_indices(len(y), engine.rank, engine.size)
+    model = SoftmaxRegression(x.shape[1], 10, seed=engine.rank)
+    worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=samples))
+    worker.start()
+    started = time.time()
+    epoch = 0
+    while True:
+        for xb, yb in batches(x[shard], y[shard], BATCH, epoch=epoch, seed=me):
+            if doomed.get(me) == worker.step:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"killed{me}.json").write_text(json.dumps({"at": time.time(), "step": worker.step}))
+                os.kill(os.getpid(), signal.SIGKILL)
+            granted = worker.claim_batch(BATCH)
+            if granted == 0:
+                break
+            model.compute_gradients(xb[:granted], yb[:granted])
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        else:
+            epoch += 1
+            continue
+        break
+    worker.close()
+    consensus = worker.average_params()
+    accuracy = model.accuracy(*task.test, params=consensus)
+    record = {
+        "rank": engine.rank,
+        "launched_as": me,
+        "size": engine.size,
+        "steps": worker.step,
+        "samples": worker.metrics.samples,
+        "job_samples": worker.metrics.job_samples,
+        "accuracy": accuracy,
+        "finite": bool(np.all(np.isfinite(model.params()))),
+        "seconds": time.time() - started,
+        "recoveries": [recovery.as_record() for recovery in worker.recoveries],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{me}.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
