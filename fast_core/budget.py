@@ -170,23 +170,31 @@ class Allowance:
         if self._shared is not None:
             self._shared.abandon()
 
-    def rejoin(self) -> None:
-        """Collective over the survivors after the group shrank (``Engine.shrink``; the Worker aligned their steps):
-        the lost ranks' share of the budget is taken over by the others. Lockstep: the steps left follow from the
-        samples the job has left and the survivors' samples per step. Asynchronous: rank 0 of the survivors holds
-        the counter again (``SharedSamples.rejoined``)."""
+    def rejoin(self, member: bool = True, mid_step: bool = False) -> None:
+        """Collective over the group after it changed (``fast_core.survival``; the Worker aligned the steps): the
+        lost ranks' share of the budget is taken over by the others. ``member``: this rank was in the group before
+        (False on a replacement, whose Allowance was never started); ``mid_step``: the members claimed the step they
+        run again (a replacement's first claim, for that step, is then free). A seconds budget keeps the job's start.
+        Lockstep: the steps left follow from the samples the job has left and the group's samples per step.
+        Asynchronous: rank 0 of the group holds the counter again (``regrouped_samples``)."""
+        elapsed = np.array([time.monotonic() - self.started if member else 0.0])
+        self.engine.allreduce(elapsed, op="max")
+        self.started = time.monotonic() - float(elapsed[0])
         if self.budget.samples is None:
             return
-        if self._shared is not None:
-            self._shared = self._shared.rejoined(self.engine)
-        elif self._steps_left is not None:
-            counts = np.array([self._lockstep_samples], dtype=np.int64)
+        phase = np.array([self._shared is not None, self._steps_left is not None], dtype=np.int64)
+        self.engine.allreduce(phase, op="max")
+        if phase[0]:
+            self._shared = regrouped_samples(self.engine, self._shared if member else None, self.budget.ahead)
+        elif phase[1]:
+            counts = np.array([self._lockstep_samples, self._batch], dtype=np.int64)
             self.engine.allreduce(counts, op="max")  # a rank one step ahead already counted that step
-            self._lockstep_samples = int(counts[0])
-            per_step = np.array([self._batch], dtype=np.int64)
+            per_step = np.array([self._batch, not member], dtype=np.int64)
             self.engine.allreduce(per_step)
-            self._job_step = int(per_step[0])
+            self._lockstep_samples = int(counts[0])
+            self._job_step = int(per_step[0] + per_step[1] * counts[1])  # a newcomer's batch: the largest one
             self._steps_left = max(0, self.budget.samples - self._lockstep_samples) // self._job_step
+            self._steps_left += int(mid_step and not member)
 
     def close(self, samples: int) -> int:
         """Collective: stop the grant service and return the job's samples (this rank trained ``samples``)."""
@@ -282,24 +290,15 @@ class SharedSamples:
             self._ask(batch_size * self.ahead, batch_size, reserved=True)  # the next claims normally find it there
         return granted
 
+    @property
+    def credit(self) -> int:
+        """Samples granted to this rank and not trained yet."""
+        return self._credit
+
     def abandon(self) -> None:
-        """Stop the grant thread at once (a rank was lost); ``rejoined`` makes the survivors' counter."""
+        """Stop the grant thread at once (a rank was lost); ``regrouped_samples`` makes the group's counter."""
         if self._service is not None:
             self._service.abandon()
-
-    def rejoined(self, engine: Engine) -> SharedSamples:
-        """Collective over the survivors: the counter on their rank 0, holding what the job has left. If the old
-        rank 0 survived, its counter is exact; else the survivors' smallest last-seen count is used (grants made
-        after it to the lost ranks are not known: at most a few batches more are trained). Grants the survivors
-        held but had not trained go back to the counter; a lost rank's are spent with it."""
-        known = np.array([self.remaining if self.rank == 0 else -1, -self.last_left, self._credit], dtype=np.int64)
-        engine.allreduce(known[:2], op="max")
-        engine.allreduce(known[2:])
-        exact, last_seen, credit = int(known[0]), -int(known[1]), int(known[2])
-        left = (exact if exact >= 0 else last_seen) + credit
-        after = SharedSamples(left, engine, None if self.adaptive else self.ahead)
-        after.ahead, after.spent_at = self.ahead, self.spent_at
-        return after
 
     def close(self) -> None:
         """Collective: rank 0's thread serves until every rank has closed (a last reservation is answered)."""
@@ -335,6 +334,26 @@ class SharedSamples:
         self.last_left = int(reply[1])
         self._exhausted = self.last_left == 0
         self._asked = 0
+
+
+def regrouped_samples(engine: Engine, before: SharedSamples | None, ahead: int | None) -> SharedSamples:
+    """Collective over a changed group: the counter on its rank 0, holding what the job has left. If the counter's
+    rank survived, its count is exact; else the survivors' smallest last-seen count is used (grants made after it
+    to the lost ranks are not known: a few batches more may be trained). Grants the members held but had not
+    trained go back to the counter; a lost rank's are spent with it. ``before``: this rank's counter share before
+    (None on a replacement)."""
+    if before is None:
+        known = np.array([-1, -np.iinfo(np.int64).max, 0], dtype=np.int64)
+    else:
+        exact = before.remaining if before.rank == 0 else -1
+        known = np.array([exact, -before.last_left, before.credit], dtype=np.int64)
+    engine.allreduce(known[:2], op="max")
+    engine.allreduce(known[2:])
+    exact, last_seen, credit = int(known[0]), -int(known[1]), int(known[2])
+    after = SharedSamples((exact if exact >= 0 else last_seen) + credit, engine, ahead)
+    if before is not None:
+        after.ahead, after.spent_at = before.ahead, before.spent_at
+    return after
 
 
 def spent_text(worker: Worker, global_epoch: int) -> str:

@@ -33,7 +33,7 @@ from .straggler import Straggler
 from .strategies import Strategy
 from .strategies.base import StepContext
 from .strategies.spec import canonical_strategy, resolve_strategy
-from .survival import Recovery, check_can_survive, survive
+from .survival import Recovery, check_can_survive, join, survive
 
 log = logging.getLogger("fast")
 T = TypeVar("T")
@@ -121,6 +121,8 @@ class Worker:
         start, and let the strategy set up."""
         if self._started:
             return self
+        if self.engine.joined:
+            return self._join()
         check_same_setup(self.layout, canonical_strategy(self.strategy, shared=True), self.engine)
         lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank
         if self._broadcast_start:
@@ -129,6 +131,21 @@ class Worker:
         if self.budget is not None:  # collective, like the rest of start
             self.allowance = Allowance(self.budget, self.context.engine, lockstep_steps, first_step=self.step).start()
         self.first_step = self.step
+        self.started_at = self.allowance.started if self.allowance is not None else time.monotonic()
+        self._started = True
+        self._compute_from = time.perf_counter()
+        self._notify("on_start")
+        return self
+
+    def _join(self) -> Worker:
+        """Start as a replacement of lost ranks (a process ``Engine.grow`` started): join the running group, taking
+        its parameters, step, optimizer state and budget (``fast_core.survival.join``) instead of the start-up."""
+        if self.budget is not None:
+            lockstep_steps = self.strategy.lockstep_steps()
+            self.allowance = Allowance(self.budget, self.context.engine, lockstep_steps)
+        join(self)
+        if self.allowance is not None:
+            self.allowance.first_step = self.first_step
         self.started_at = self.allowance.started if self.allowance is not None else time.monotonic()
         self._started = True
         self._compute_from = time.perf_counter()
@@ -245,6 +262,11 @@ class Worker:
         self.metrics.samples += granted
         self._claim = (self.step, granted)
         return granted
+
+    @property
+    def claimed_step(self) -> int | None:
+        """The step of the last ``claim_batch`` (None before any)."""
+        return None if self._claim is None else self._claim[0]
 
     def collective_passes(self, job_pass: int, batch_size: int) -> int | None:
         """Under a budget, after how many of its passes over its shard this rank may still call an epoch-end

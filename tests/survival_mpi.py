@@ -33,12 +33,17 @@ def victims(text: str) -> dict[int, int]:
 def main() -> None:
     strategy, doomed, out = sys.argv[1], victims(sys.argv[2]), Path(sys.argv[3])
     samples = int(sys.argv[4]) if len(sys.argv) > 4 else 20_000
-    engine = FaultTolerantMPIEngine(timeout=float(os.environ.get("FAST_TIMEOUT", "60")))
-    me = engine.world_ranks[engine.rank]
+    engine = FaultTolerantMPIEngine(
+        timeout=float(os.environ.get("FAST_TIMEOUT", "60")), max_restarts=int(os.environ.get("FAST_MAX_RESTARTS", "0"))
+    )
+    replacement = bool(engine.joined)
+    if replacement:
+        doomed = {}  # a replacement does not die again where its predecessor did
+    me = engine.world_ranks[engine.rank]  # a replacement takes the number of the rank it replaces
     task = example_task("digits")
     x, y = task.train
     shard = shard_indices(len(y), engine.rank, engine.size)
-    model = SoftmaxRegression(x.shape[1], 10, seed=engine.rank)
+    model = SoftmaxRegression(x.shape[1], 10, seed=me)
     worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=samples))
     worker.start()
     started = time.time()
@@ -66,6 +71,7 @@ def main() -> None:
     record = {
         "rank": engine.rank,
         "launched_as": me,
+        "replacement": replacement,
         "size": engine.size,
         "steps": worker.step,
         "samples": worker.metrics.samples,

@@ -95,6 +95,17 @@ class Engine(ABC):
         their old order): messages and run records name ranks by these numbers."""
         return tuple(range(self.size))
 
+    restarts_left: int = 0
+    """Lost ranks the engine may still replace with new processes (``grow``; ``fast run --max-restarts``)."""
+    joined: tuple[int, ...] = ()
+    """On a process started to replace lost ranks, until its Worker joined the group: the newcomers' launch
+    numbers. Empty otherwise."""
+
+    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
+        """Collective over the survivors after ``shrink``: start new processes for (some of) the launch numbers
+        ``replacing`` and take them into the group; returns the numbers replaced. Engines that cannot: none."""
+        return ()
+
     def shrink(self) -> tuple[int, ...]:
         """Collective among the survivors, after a PeerLost: agree on who is gone, renumber the survivors 0..n-1
         (in their old order; ``rank`` and ``size`` change in place, so every holder of this engine sees the new

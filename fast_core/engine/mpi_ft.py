@@ -14,6 +14,9 @@ survivors: allreduce and broadcast here write into a scratch buffer and copy bac
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 import time
 
@@ -21,6 +24,8 @@ import numpy as np
 
 from ..errors import FastError, PeerLost, PeerTimeout
 from .mpi import MPIEngine, _error_text, _mpi
+
+log = logging.getLogger("fast")
 
 SHRINK_GRACE = 5.0
 """Seconds added to the engine's timeout for every survivor to reach the shrink (each finishes its step first)."""
@@ -65,17 +70,34 @@ class FaultTolerantMPIEngine(MPIEngine):
     name = "mpi-ft"
     fault_tolerant = True
 
-    def __init__(self, comm=None, timeout: float | None = None, *, _group: _Group | None = None,
-                 _world: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        comm=None,
+        timeout: float | None = None,
+        max_restarts: int = 0,
+        *,
+        _group: _Group | None = None,
+        _world: tuple[int, ...] | None = None,
+    ) -> None:
         MPI = _mpi()
         check_ulfm(MPI)
+        self.restarts_left = max_restarts
+        """Lost ranks ``grow`` may still replace with new processes (``fast run --max-restarts``)."""
+        self.joined: tuple[int, ...] = ()
+        """On a process spawned to replace lost ranks, until its Worker has joined: the launch numbers of the
+        group's newcomers (it is one of them). Empty otherwise."""
+        world = _world
         if comm is None:
             MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)  # duplicates inherit it
-            comm = MPI.COMM_WORLD.Dup()
+            parent = MPI.Comm.Get_parent()
+            if parent != MPI.COMM_NULL:  # spawned by ``grow``: join the survivors
+                comm, world, self.joined, self.restarts_left = _join_survivors(MPI, parent)
+            else:
+                comm = MPI.COMM_WORLD.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         super().__init__(comm, timeout)
         self._group = _group if _group is not None else _Group(comm)
-        self._world = _world if _world is not None else tuple(range(self.size))
+        self._world = world if world is not None else tuple(range(self.size))
         self._scratch: dict[tuple[int, str], np.ndarray] = {}
 
     @property
@@ -89,6 +111,8 @@ class FaultTolerantMPIEngine(MPIEngine):
                         MPI.ERR_REVOKED}
         if exc.Get_error_class() not in lost_classes:
             return super()._failure(exc, text)
+        if exc.Get_error_class() == MPI.ERR_REVOKED:  # not a sign that this call's peer died
+            text = text.split(" failed in MPI")[0] + " was stopped: a rank found a lost rank and revoked the group"
         self._group.revoke(text)
         return PeerLost(f"{text}; the survivors shrink the group and go on")
 
@@ -100,8 +124,9 @@ class FaultTolerantMPIEngine(MPIEngine):
         self.check_alive()
         comm = self._post(self.comm.Dup)
         self._group.add(comm)
-        return FaultTolerantMPIEngine(comm, self.timeout if timeout is None else timeout, _group=self._group,
-                                      _world=self._world)
+        return FaultTolerantMPIEngine(
+            comm, self.timeout if timeout is None else timeout, _group=self._group, _world=self._world
+        )
 
     def _kind_comm(self, kind: str | None, what: str):
         fresh = kind is not None and self._kind_comms is None
@@ -158,27 +183,101 @@ class FaultTolerantMPIEngine(MPIEngine):
     def _shrink_in_time(self):
         """MPI_Comm_shrink, which has no timeout of its own, run beside a deadline: a survivor that never comes
         (stuck, or frozen by SIGSTOP: ULFM declares only dead processes failed) ends the job with a PeerTimeout."""
-        result: dict[str, object] = {}
+        return _in_time(self.comm.Shrink, self.timeout + SHRINK_GRACE, f"rank {self.rank}: shrinking the group")
 
-        def run() -> None:
-            try:
-                result["comm"] = self.comm.Shrink()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                result["error"] = exc
-
-        thread = threading.Thread(target=run, name=f"fast-shrink-rank{self.rank}", daemon=True)
-        started = time.monotonic()
-        thread.start()
-        thread.join(self.timeout + SHRINK_GRACE)
-        if thread.is_alive():
-            raise PeerTimeout(
-                f"rank {self.rank} waited {time.monotonic() - started:.0f} s for the other survivors to shrink the "
-                "group after a rank was lost; a survivor is stuck or frozen (a frozen process is not dead to MPI)"
+    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
+        """Collective over the survivors after ``shrink``: start one new process per launch number in ``replacing``
+        (MPI_Comm_spawn of the command line that started this one, in its folder), merge them into the group and
+        number the group by launch number again, so a newcomer takes a lost rank's place (its number, its shard of
+        the data, its place in the topology). Returns the launch numbers replaced (none if spawning failed: the
+        survivors then go on as they are, and it is logged)."""
+        MPI = self._MPI
+        replacing = tuple(replacing[: self.restarts_left])
+        if not replacing:
+            return ()
+        info = MPI.Info.Create()
+        info.Set("wdir", os.getcwd())
+        command = sys.orig_argv
+        try:
+            inter = _in_time(
+                lambda: self.comm.Spawn(command[0], args=command[1:], maxprocs=len(replacing), root=0, info=info),
+                self.timeout + SHRINK_GRACE,
+                f"rank {self.rank}: starting {len(replacing)} replacement(s)",
             )
-        if "error" in result:
-            exc = result["error"]
-            raise FastError(f"rank {self.rank}: MPI could not shrink the group ({_error_text(exc)})") from exc
-        return result["comm"]
+        except FastError as exc:
+            log.warning("%s; the survivors go on without replacements", exc)
+            return ()
+        finally:
+            info.Free()
+        inter.Set_errhandler(MPI.ERRORS_RETURN)
+        merged = inter.Merge(high=False)
+        self.restarts_left -= len(replacing)
+        header = np.array([len(self._world), len(replacing), self.restarts_left, *self._world, *replacing], np.int64)
+        self.comm, self._world = _renumber(MPI, merged, header)
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self._group = _Group(self.comm)
+        self._kind_comms = None
+        self._collectives = 0
+        return replacing
+
+
+def _renumber(MPI, merged, header: np.ndarray | None) -> tuple[object, tuple[int, ...]]:
+    """Rank 0 of ``merged`` (survivors first, newcomers after) tells everyone the survivors' and newcomers' launch
+    numbers; the group is split again ordered by launch number. Returns the new communicator and its numbers."""
+    merged.Set_errhandler(MPI.ERRORS_RETURN)
+    length = np.array([0 if header is None else len(header)], np.int64)
+    merged.Bcast(length, root=0)
+    if header is None:
+        header = np.empty(int(length[0]), np.int64)
+    merged.Bcast(header, root=0)
+    survivors, newcomers = int(header[0]), int(header[1])
+    numbers = [int(n) for n in header[3 : 3 + survivors + newcomers]]
+    mine = numbers[merged.Get_rank()]
+    comm = merged.Split(0, mine)
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    return comm, tuple(sorted(numbers))
+
+
+def _join_survivors(MPI, parent) -> tuple[object, tuple[int, ...], tuple[int, ...], int]:
+    """A spawned replacement joins the survivors that started it (their ``grow``): its communicator, the group's
+    launch numbers, the newcomers' numbers, and the restarts the job has left."""
+    parent.Set_errhandler(MPI.ERRORS_RETURN)
+    merged = parent.Merge(high=True)
+    merged.Set_errhandler(MPI.ERRORS_RETURN)
+    length = np.zeros(1, np.int64)
+    merged.Bcast(length, root=0)
+    header = np.empty(int(length[0]), np.int64)
+    merged.Bcast(header, root=0)
+    survivors, newcomers, restarts = int(header[0]), int(header[1]), int(header[2])
+    numbers = [int(n) for n in header[3 : 3 + survivors + newcomers]]
+    comm = merged.Split(0, numbers[merged.Get_rank()])
+    return comm, tuple(sorted(numbers)), tuple(numbers[survivors:]), restarts
+
+
+def _in_time(call, seconds: float, what: str):
+    """Run a blocking MPI call that has no timeout of its own beside a deadline: PeerTimeout after ``seconds``
+    (the call's thread is left behind; the job is ending)."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, name="fast-mpi-call", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise PeerTimeout(
+            f"{what}: waited {time.monotonic() - started:.0f} s for the other survivors; a survivor is stuck or "
+            "frozen (a frozen process is not dead to MPI)"
+        )
+    if "error" in result:
+        exc = result["error"]
+        raise FastError(f"{what}: MPI failed ({_error_text(exc)})") from exc
+    return result["value"]
 
 
 def check_ulfm(MPI) -> None:

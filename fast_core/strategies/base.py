@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigError
 from ..topology import make_topology
 from ..topology.heal import heal
 
@@ -89,6 +90,21 @@ class GroupChange:
     old_size: int
     lost: tuple[int, ...]
     """The lost ranks' launch numbers (``Engine.world_ranks``)."""
+    size: int = 0
+    """The group's size after the change."""
+    first_step: int = 0
+    """The step the group's training started (or resumed) from."""
+    replaced: tuple[int, ...] = ()
+    """Launch numbers that new processes took over: the group is numbered by launch number again and the
+    topology is the one the job was launched with (``Engine.grow``)."""
+
+
+def _buildable(topology: object, size: int) -> bool:
+    try:
+        make_topology(topology, size)
+    except (ConfigError, ValueError):
+        return False
+    return True
 
 
 class Strategy:
@@ -152,12 +168,18 @@ class Strategy:
     def heal_topology(self, change: GroupChange) -> None:
         """Replace this strategy's topology by the one over the survivors (``fast_core.topology.heal``: the lost
         ranks' neighbours are joined, weights renormalised); also for a strategy not set up yet (a later phase of
-        a Schedule). Nothing for strategies without a topology."""
+        a Schedule). When replacements filled the group (``change.replaced``), the topology the job was launched
+        with, built for the group's size. Nothing for strategies without a topology."""
+        launch = self.__dict__.setdefault("_launch_topology", getattr(self, "topology", None))
+        if launch is None:
+            return
+        if change.replaced:  # a ring where the launch topology has no form for this size (a torus of 7)
+            self.topology = launch if _buildable(launch, change.size) else "ring"
+            return
         built = getattr(self, "_graph", None)
-        if built is None and getattr(self, "topology", None) is not None:
+        if built is None:
             built = make_topology(self.topology, change.old_size, weights=getattr(self, "weights", "uniform"))
-        if built is not None:
-            self.topology = heal(built, change.kept)
+        self.topology = heal(built, change.kept)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -96,7 +96,12 @@ class Every(Strategy):
         self.inner.abandon(self._inner_ctx)
 
     def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        if not hasattr(self, "_inner_ctx"):  # a replacement joining: never set up
+            self._inner_ctx = ctx.child()
         self.inner.rejoin(self._inner_ctx, change)  # its context keeps counting its rounds
+
+    def heal_topology(self, change: GroupChange) -> None:
+        self.inner.heal_topology(change)
 
     @property
     def survivable(self) -> bool:
@@ -221,10 +226,17 @@ class Schedule(Strategy):
         self.active.abandon(ctx)
 
     def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        if not hasattr(self, "_index"):  # a replacement joining: the group's schedule started at its first step
+            self._origin = change.first_step
+            self._index = self._phase_at(ctx.step - self._origin)
         for index, (_, strategy) in enumerate(self.phases):
             if index != self._index:  # later phases start on the healed topology too
                 strategy.heal_topology(change)
         self.active.rejoin(ctx, change)
+
+    def heal_topology(self, change: GroupChange) -> None:
+        for _, strategy in self.phases:
+            strategy.heal_topology(change)
 
     @property
     def survivable(self) -> bool:

@@ -60,11 +60,13 @@ class ElasticRound(Strategy, ChoosesVariant):
             self._talk = self._setup_member(ctx)
 
     def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
-        """The centre stays on its rank if it survived, else moves to rank 0; z restarts from the parameters the
-        Worker left (the survivors' average), and alpha follows the new size unless it was given."""
-        old = self.center
-        self.center = change.kept.index(old) if old in change.kept else 0
-        if ctx.rank == 0 and old not in change.kept:
+        """The centre stays with the rank launched as the centre if it is in the group (itself or its replacement),
+        else moves to rank 0; z restarts from the parameters the Worker left (the survivors' average), and alpha
+        follows the new size unless it was given."""
+        launched = self.__dict__.setdefault("_launch_center", self.center)
+        world = ctx.engine.world_ranks
+        self.center = world.index(launched) if launched in world else 0
+        if ctx.rank == 0 and launched not in world:
             log.warning("EASGD: the centre's rank was lost; the centre moves to rank 0, from the survivors' average")
         self.setup(ctx)
 
