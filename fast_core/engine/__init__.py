@@ -4,18 +4,53 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
+from ..config import FAULT_TOLERANT_VARIABLE, environment
+from ..errors import ConfigError
 from .base import DEFAULT_TIMEOUT, Engine, Request
 from .local import LocalCluster, LocalEngine
 
 _LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 
-def mpi_engine(comm=None, timeout: float | None = None) -> Engine:
-    """An MPIEngine over ``comm`` (COMM_WORLD by default); imports mpi4py only when called."""
-    from .mpi import MPIEngine
+def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | None = None) -> Engine:
+    """An MPIEngine over ``comm`` (COMM_WORLD by default); imports mpi4py only when called.
 
-    return MPIEngine(comm, timeout)
+    ``fault_tolerant`` (None: the run configuration's, FAST_FAULT_TOLERANT, which ``fast run --fault-tolerant``
+    sets): the FaultTolerantMPIEngine instead, which survives a lost rank; it needs Open MPI with ULFM started with
+    ``--with-ft ulfm``, and any other MPI is refused on every rank (each reads the same environment)."""
+    if fault_tolerant is None:
+        fault_tolerant = environment().fault_tolerant
+    if not fault_tolerant:
+        from .mpi import MPIEngine
+
+        return MPIEngine(comm, timeout)
+    from .mpi import _mpi
+
+    MPI = _mpi()
+    problem = ulfm_problem(MPI.Get_library_version(), os.environ)
+    if problem:
+        rank = MPI.COMM_WORLD.Get_rank()
+        raise ConfigError(
+            f"rank {rank}: {FAULT_TOLERANT_VARIABLE}=1 needs Open MPI with ULFM under `mpiexec --with-ft ulfm`, but "
+            f"{problem}; launch with `fast run --fault-tolerant` (which needs pip install 'fast-training[mpi-ft]')"
+        )
+    from .mpi_ft import FaultTolerantMPIEngine
+
+    return FaultTolerantMPIEngine(comm, timeout)
+
+
+def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
+    """Why this process cannot survive a lost rank, or None: the MPI library loaded must be Open MPI (``MPI_Get_
+    library_version``), started with ULFM's recovery on (mpiexec --with-ft ulfm sets OMPI_MCA_mpi_ft_enable)."""
+    text = library_version.strip()
+    first = " ".join(text.splitlines()[0].split()) if text else "an unknown MPI library"
+    if not first.startswith("Open MPI"):
+        return f"the MPI library loaded is {first.split(',')[0]}"
+    if env.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() not in ("1", "true", "yes", "enabled"):
+        return f"{first.split(',')[0]} was started without --with-ft ulfm (OMPI_MCA_mpi_ft_enable is not set)"
+    return None
 
 
 def launched_under_mpi() -> bool:
@@ -54,4 +89,5 @@ __all__ = [
     "default_engine",
     "launched_under_mpi",
     "mpi_engine",
+    "ulfm_problem",
 ]
