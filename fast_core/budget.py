@@ -360,9 +360,13 @@ def spent_text(worker: Worker, global_epoch: int) -> str:
     """Collective, after ``close()``: one line on how the job spent its budget (the job's samples, in global epochs
     of ``global_epoch`` samples; rank 0's share; every rank's steps, gathered by one allreduce), for the examples'
     last output."""
-    steps = np.zeros(worker.size, dtype=np.int64)
-    steps[worker.rank] = worker.step
-    worker.engine.allreduce(steps)  # after close: no rank waits mid-training
+    def gather() -> np.ndarray:
+        steps = np.zeros(worker.size, dtype=np.int64)
+        steps[worker.rank] = worker.step
+        worker.engine.allreduce(steps)  # after close: no rank waits mid-training
+        return steps
+
+    steps = worker.run_collective(gather)
     job, mine = worker.metrics.job_samples, worker.metrics.samples
     return (
         f"budget spent: {job} samples trained by the job ({job / global_epoch:.2f} global epochs), {mine} of them by "

@@ -44,6 +44,8 @@ BUDGET_SECONDS_VARIABLE = "FAST_BUDGET_SECONDS"
 FAULT_TOLERANT_VARIABLE = "FAST_FAULT_TOLERANT"
 """1: the job survives a lost rank; the default engine is then the fault-tolerant MPI engine, which needs Open MPI
 with ULFM started by ``mpiexec --with-ft ulfm`` (``fast run --fault-tolerant`` sets both)."""
+MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
+"""Under FAST_FAULT_TOLERANT: how many lost ranks the job replaces with new processes (``fast run --max-restarts``)."""
 
 DEFAULT_STRATEGY = "allreduce"
 DEFAULT_TIMEOUT = 120.0
@@ -76,6 +78,8 @@ class RunConfig:
     fault_tolerant: bool = False
     """Whether the job survives a lost rank (FAST_FAULT_TOLERANT): the default engine is then the fault-tolerant
     MPI engine."""
+    max_restarts: int = 0
+    """Lost ranks the fault-tolerant job replaces with new processes (FAST_MAX_RESTARTS); the others go on without."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
@@ -108,6 +112,7 @@ class RunConfig:
             budget_samples=_whole(text(BUDGET_SAMPLES_VARIABLE), BUDGET_SAMPLES_VARIABLE, "20000", minimum=1),
             budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
             fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
+            max_restarts=_whole(text(MAX_RESTARTS_VARIABLE), MAX_RESTARTS_VARIABLE, "2", minimum=0) or 0,
         )
 
     def to_environment(self) -> dict[str, str]:
@@ -128,6 +133,7 @@ class RunConfig:
             BUDGET_SAMPLES_VARIABLE: "" if self.budget_samples is None else str(self.budget_samples),
             BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
             FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
+            MAX_RESTARTS_VARIABLE: str(self.max_restarts),
         }
 
     @property

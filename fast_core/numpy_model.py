@@ -78,6 +78,15 @@ class SoftmaxRegression:
         """Forget optimizer state (FAST's restart from the best replica may ask for it)."""
         self.optimizer.reset()
 
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """AdaGrad's sums as a named array ({} for SGD): what a replacement of a lost rank takes from a live one."""
+        sums = getattr(self.optimizer, "sum_sq", None)
+        return {} if sums is None else {"sum_sq": sums}
+
+    def load_optimizer_state(self, arrays: dict[str, np.ndarray]) -> None:
+        if "sum_sq" in arrays and hasattr(self.optimizer, "sum_sq"):
+            self.optimizer.sum_sq = np.array(arrays["sum_sq"], copy=True)
+
     # training -----------------------------------------------------------------------------------------------
     def logits(self, x: np.ndarray) -> np.ndarray:
         return x @ self.weight + self.bias

@@ -159,7 +159,7 @@ def epoch_summary(worker: Worker, loss: float) -> tuple[float, float | None]:
     if not worker.strategy.lockstep:
         return loss, None
     total = np.array([loss], dtype=np.float64)
-    worker.engine.allreduce(total)
+    worker.run_collective(lambda: worker.engine.allreduce(total))  # survives a lost rank under --fault-tolerant
     return float(total[0]) / worker.size, worker.consensus_distance()
 
 

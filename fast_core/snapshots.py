@@ -21,6 +21,7 @@ Only the flat trainable parameters are saved: buffers such as BatchNorm statisti
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +42,8 @@ FOLDER = "snapshots"
 FINAL = "final"
 
 Curve = list[tuple[float, float]]
+
+log = logging.getLogger("fast")
 
 
 class Snapshots(Observer):
@@ -177,9 +180,12 @@ def record_consensus_curve(
     are complete, then rank 0 evaluates ``metric()`` (higher is better, e.g. validation accuracy of the model the
     worker trains) with each consensus snapshot loaded into the worker's model, and records each as a "consensus"
     record ``{time, <name>}`` (``worker.record_consensus``). Its model is restored after each evaluation.
-    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``."""
-    worker.engine.barrier()
-    if worker.rank != 0:
+    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``. A job that lost
+    ranks (``fast run --fault-tolerant``) has no curve: the lost ranks' snapshots stop where they died."""
+    worker.run_collective(worker.engine.barrier)
+    if worker.rank != 0 or worker.recoveries:
+        if worker.recoveries and worker.rank == 0:
+            log.warning("no consensus curve: ranks were lost during the run, so their snapshots stop early")
         return []
 
     def evaluate(flat: np.ndarray) -> float:

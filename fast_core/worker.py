@@ -159,12 +159,12 @@ class Worker:
         self._notify("on_compute_end")
         if self.uneven_inputs and self.strategy.lockstep:
             collectives.count_active(self.engine, True)
-        self._surviving(lambda: self.strategy.before_step(self.context))
+        self.run_collective(lambda: self.strategy.before_step(self.context))
 
     def after_step(self) -> None:
         """Hook after the optimizer step (parameter strategies act here)."""
         self._ensure_started()
-        self._surviving(self._mix)
+        self.run_collective(self._mix)
         self.step = self.step + 1
         if self.log_every and self.step % self.log_every == 0:
             data = self.metrics.as_dict()
@@ -211,7 +211,7 @@ class Worker:
     def end_epoch(self, metric: float) -> None:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
         self._ensure_started()
-        self._surviving(lambda: self.strategy.end_epoch(self.context, metric))
+        self.run_collective(lambda: self.strategy.end_epoch(self.context, metric))
         self._compute_from = time.perf_counter()  # the epoch's evaluation is not a step's compute
         self._notify("on_epoch_end")
 
@@ -224,7 +224,7 @@ class Worker:
         (``fast_torch.average_model``, ``fast_tf.Callback(average_at_end=True)``, ``fast_jax.average(step=)``)
         closes, then averages."""
         if self._started and not self._closed:
-            self._surviving(self._close_all)
+            self.run_collective(self._close_all)
             self._closed = True
             self._notify("on_close")
             log.debug("rank %d closed after %d steps", self.rank, self.step)
@@ -258,7 +258,7 @@ class Worker:
         if self._claim is not None and self._claim[0] == self.step:
             return self._claim[1]
         allowance = self.allowance
-        granted = self._surviving(lambda: allowance.claim(batch_size, self.step)) if allowance else batch_size
+        granted = self.run_collective(lambda: allowance.claim(batch_size, self.step)) if allowance else batch_size
         self.metrics.samples += granted
         self._claim = (self.step, granted)
         return granted
@@ -288,11 +288,11 @@ class Worker:
         """The mean of all ranks' parameters (one allreduce), as a new buffer: the model is left as it is, so it
         also evaluates the consensus model mid-training. Collective: every rank must call it at the same point;
         under an asynchronous strategy that makes the ranks wait for each other (the slowest sets the pace there)."""
-        return self._surviving(lambda: collectives.average_params(self.model, self.engine))
+        return self.run_collective(lambda: collectives.average_params(self.model, self.engine))
 
     def consensus_distance(self) -> float:
         """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small; every rank must call it."""
-        value = self._surviving(lambda: collectives.consensus_distance(self.model, self.engine))
+        value = self.run_collective(lambda: collectives.consensus_distance(self.model, self.engine))
         self.metrics.consensus_distance = value
         return value
 
@@ -319,9 +319,11 @@ class Worker:
         self._notify("on_record", "result", values)
 
     # ---------------------------------------------------------------------------------------------------------------
-    def _surviving(self, action: Callable[[], T]) -> T:
-        """Run ``action`` (a hook's collective work); when the engine reports a lost rank and the job can go on,
-        survive it (``fast_core.survival``) and run ``action`` again over the survivors."""
+    def run_collective(self, action: Callable[[], T]) -> T:
+        """Run ``action``, communication every rank of the job takes part in (a hook's, or the script's own
+        averages); when the engine reports a lost rank and the job can go on (a fault-tolerant engine), survive it
+        (``fast_core.survival``) and run ``action`` again over the group after. ``action`` must leave its inputs as
+        they were when it fails (the engines' collectives do)."""
         for attempt in itertools.count():
             try:
                 return action()

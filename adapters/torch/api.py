@@ -39,7 +39,11 @@ def average_model(
     if worker is not None and close:
         worker.close()
     engine = engine or (worker.engine if worker is not None else default_engine())
-    average_tensors(floating_tensors(model, buffers=buffers), engine)
+    tensors = floating_tensors(model, buffers=buffers)
+    if worker is not None:  # a lost rank is survived (fast run --fault-tolerant), then the survivors average
+        worker.run_collective(lambda: average_tensors(tensors, worker.engine))
+    else:
+        average_tensors(tensors, engine)
 
 
 def consensus_copy(model: torch.nn.Module, buffers: bool = True, engine: Engine | None = None) -> torch.nn.Module:
@@ -51,7 +55,11 @@ def consensus_copy(model: torch.nn.Module, buffers: bool = True, engine: Engine 
     worker = _WORKERS.get(model)
     engine = engine or (worker.engine if worker is not None else default_engine())
     copy = deepcopy(model)
-    average_tensors(floating_tensors(copy, buffers=buffers), engine)
+    tensors = floating_tensors(copy, buffers=buffers)
+    if worker is not None:
+        worker.run_collective(lambda: average_tensors(tensors, worker.engine))
+    else:
+        average_tensors(tensors, engine)
     return copy
 
 

@@ -16,16 +16,17 @@ import torch
 from fast_core import checkpoint
 from fast_core.checkpoint import Checkpoint, CheckpointError
 
+from .optim_state import optimizer_arrays, optimizer_state
 from .optimizer import worker_of
 
-_OPTIM, _BUFFER = "optim/", "buffer/"
+_BUFFER = "buffer/"
 
 
 def save_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Collective: write the consensus of ``model`` (wrapped by ``fast_torch.DistributedOptimizer``), the ranks'
     average of ``optimizer``'s state, the step, strategy and budget spent to ``path`` (rank 0 writes; atomic)."""
     worker = worker_of(model)
-    state = _optimizer_arrays(optimizer)
+    state = optimizer_arrays(optimizer)
     state.update({f"{_BUFFER}{name}": _numpy(b) for name, b in _buffers(model)})
     groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.state_dict()["param_groups"]]
     checkpoint.save(path, worker, state, extra={"param_groups": _jsonable(groups)})
@@ -46,28 +47,9 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
     return loaded
 
 
-def _optimizer_arrays(optimizer: torch.optim.Optimizer) -> dict[str, np.ndarray]:
-    arrays = {}
-    for index, values in sorted(optimizer.state_dict()["state"].items()):
-        for key, value in sorted(values.items()):
-            if isinstance(value, torch.Tensor):
-                arrays[f"{_OPTIM}{index}/{key}"] = _numpy(value)
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                arrays[f"{_OPTIM}{index}/{key}#number"] = np.asarray(value, dtype=np.float64)
-    return arrays
-
-
 def _restore_optimizer(optimizer: torch.optim.Optimizer, loaded: Checkpoint, path: str | os.PathLike) -> None:
     current = optimizer.state_dict()
-    state: dict[int, dict[str, object]] = {}
-    for name, value in loaded.state.items():
-        if not name.startswith(_OPTIM):
-            continue
-        index, key = name[len(_OPTIM) :].split("/", 1)
-        if key.endswith("#number"):
-            state.setdefault(int(index), {})[key.removesuffix("#number")] = value.item()
-        else:
-            state.setdefault(int(index), {})[key] = torch.from_numpy(np.array(value))
+    state = optimizer_state(loaded.state)
     saved_groups = loaded.extra.get("param_groups", [])
     if len(saved_groups) != len(current["param_groups"]):
         raise CheckpointError(

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from fast_core.flat import FlatLayout
 
+from .optim_state import optimizer_arrays, optimizer_state
+
 
 def trainable_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
     """Named parameters that require grad, each once (tied weights appear under their first name)."""
@@ -119,6 +121,16 @@ class TorchModel:
     def reset_optimizer(self) -> None:
         if self.optimizer is not None:
             self.optimizer.state.clear()
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's state as named arrays (a live rank gives it to a replacement of a lost rank)."""
+        return {} if self.optimizer is None else optimizer_arrays(self.optimizer)
+
+    def load_optimizer_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take another rank's optimizer state (``optimizer_state``); the hyper-parameters stay this optimizer's."""
+        if self.optimizer is not None:
+            groups = self.optimizer.state_dict()["param_groups"]
+            self.optimizer.load_state_dict({"state": optimizer_state(arrays), "param_groups": groups})
 
     def _check_storage(self) -> None:
         for param, view in zip(self.params_list, self._param_views, strict=True):

@@ -34,6 +34,13 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def whole(text: str) -> int:
+    """argparse type: a whole number >= 0 (restarts)."""
+    if not text.strip().isdigit():
+        raise ValueError(text)
+    return int(text)
+
+
 def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
     """More workers than CPUs is allowed (MPICH runs them), but the user should know what their numbers mean."""
     cpus = os.cpu_count() or 1

@@ -153,6 +153,8 @@ class Job:
     (guard.py)."""
     fault_tolerant: bool = False
     """Open MPI with ULFM under ``--with-ft ulfm``: the ranks may survive a lost one (see the module's notes)."""
+    spawns: bool = False
+    """The ranks may start replacement processes (``--max-restarts``): Open MPI must let them oversubscribe."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
@@ -188,7 +190,8 @@ class Job:
                 env["MPI4PY_LIBMPI"] = added["MPI4PY_LIBMPI"] = str(libmpi)
             for name in added:  # Open MPI forwards only the variables it is told to
                 command += ["-x", name]
-            if self.hostfile is None and self.workers > (os.cpu_count() or 1):  # it refuses more ranks than cores
+            crowded = self.hostfile is None and self.workers > (os.cpu_count() or 1)
+            if crowded or self.spawns:  # it refuses more processes than cores (a replacement is one more)
                 command.append("--oversubscribe")
             if hasattr(os, "geteuid") and os.geteuid() == 0:  # it refuses root (as in containers) unless told
                 command.append("--allow-run-as-root")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..config import RunConfig, environment
 from ..runlog import RUN_FILE, read_run
-from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed
+from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
 from .launch import Job, bad_exits, first_exit, python_target, run_job
 
 EXITS = "exits"
@@ -95,6 +95,14 @@ def add_parser(subparsers) -> None:
         help="survive a lost rank: Open MPI built with ULFM under mpiexec --with-ft ulfm (pip install "
         "'fast-training[mpi-ft]'), and the fault-tolerant MPI engine in the ranks (FAST_FAULT_TOLERANT=1)",
     )
+    parser.add_argument(
+        "--max-restarts",
+        type=whole,
+        default=0,
+        metavar="K",
+        help="with --fault-tolerant (implied): start a new process for each of the first K ranks lost; it takes "
+        "the survivors' model, step and optimizer state and the lost rank's place (FAST_MAX_RESTARTS)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a bar")
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show a bar")
@@ -139,7 +147,8 @@ def run_config(
         progress=progress,
         verbose=args.verbose,
         label=label,
-        fault_tolerant=bool(getattr(args, "fault_tolerant", False)),  # the launch decides: it starts the right MPI
+        fault_tolerant=bool(getattr(args, "fault_tolerant", False) or getattr(args, "max_restarts", 0)),
+        max_restarts=getattr(args, "max_restarts", 0) or 0,
     )
 
 
@@ -192,6 +201,7 @@ def main(args: argparse.Namespace) -> int:
         args.hostfile,
         exits=exits,
         fault_tolerant=config.fault_tolerant,
+        spawns=config.max_restarts > 0,
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"

@@ -38,7 +38,7 @@ def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | N
         )
     from .mpi_ft import FaultTolerantMPIEngine
 
-    return FaultTolerantMPIEngine(comm, timeout)
+    return FaultTolerantMPIEngine(comm, timeout, max_restarts=environment().max_restarts)
 
 
 def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
@@ -54,11 +54,12 @@ def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
 
 
 def launched_under_mpi() -> bool:
-    """True when this process was started by an MPI launcher (mpiexec/mpirun/srun) with more than one rank."""
+    """True when this process was started by an MPI launcher (mpiexec/mpirun/srun) with more than one rank, or
+    by any MPI launcher in a fault-tolerant job (a replacement a survivor spawned is alone in its own launch)."""
     for var in _LAUNCHER_SIZE_VARIABLES:
         if var in os.environ:
             try:
-                return int(os.environ[var]) > 1
+                return int(os.environ[var]) > 1 or environment().fault_tolerant
             except ValueError:
                 return False
     return False

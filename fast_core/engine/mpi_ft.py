@@ -210,7 +210,9 @@ class FaultTolerantMPIEngine(MPIEngine):
         finally:
             info.Free()
         inter.Set_errhandler(MPI.ERRORS_RETURN)
-        merged = inter.Merge(high=False)
+        merged = _in_time(
+            lambda: inter.Merge(high=False), self.timeout + SHRINK_GRACE, f"rank {self.rank}: taking in replacements"
+        )
         self.restarts_left -= len(replacing)
         header = np.array([len(self._world), len(replacing), self.restarts_left, *self._world, *replacing], np.int64)
         self.comm, self._world = _renumber(MPI, merged, header)
