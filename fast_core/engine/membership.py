@@ -3,9 +3,10 @@
 A loss belongs to a launched rank (a thread standing for a process), not to one group, so one ``Membership`` is
 shared by every cluster of the job: the one launched, those dup'ed from it and those a shrink makes for the
 survivors. Each cluster knows its ``members`` (launch numbers). A cluster with a lost member is revoked, as ULFM's
-``MPI_Comm_revoke`` would leave it: every operation of it raises PeerLost on every survivor from the moment of the
-loss, so a rank that never talks to the lost one learns of it at its next call. A lost rank's own engines refuse
-every call with PeerFailed (a killed process makes none; it is not told to shrink).
+``MPI_Comm_revoke`` would leave it: from the moment of the loss, every operation it starts raises PeerLost on every
+survivor (one already pending completes only if all it needs was delivered before; see local.py), so a rank that
+never talks to the lost one learns of it at its next call. A lost rank's own engines refuse every call with
+PeerFailed (a killed process makes none; it is not told to shrink).
 """
 
 from __future__ import annotations
