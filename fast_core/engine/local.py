@@ -3,6 +3,15 @@
 Messages are copied at send time (so senders may reuse their buffer at once) and matched in order per
 (source, destination, tag), as MPI does. When one worker raises, the others stop with PeerFailed instead of
 waiting for it until their timeout.
+
+``LocalCluster(size, fault_tolerant=True)`` survives a lost worker instead, as Open MPI with ULFM does: a worker
+that raises in ``run()``, or that ``cluster.lose(rank)`` marks lost (the stand-in for kill -9), is lost; the
+group (and its dups) is then revoked on every survivor until it calls ``shrink()``, which renumbers the survivors
+over a new cluster (see membership.py). Revoked means: an operation started after the loss raises PeerLost at once
+(send, receive, collective, dup, check_alive); one started before completes only if all it needs was delivered
+before the loss (the message was sent, every member had joined the collective), else raises PeerLost when tested
+or while it waits (woken at once). So a message a rank sent before it was lost is still received by a receive
+posted before the loss, never by one posted after; what is left undelivered goes with the old group at the shrink.
 """
 
 from __future__ import annotations
@@ -14,16 +23,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MessageError, PeerFailed, PeerTimeout
+from ..errors import MessageError, PeerFailed, PeerLost, PeerTimeout
 from .base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, resolve_timeout
+from .membership import Membership, Shrink
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
 class LocalCluster:
-    """Shared mailboxes and collectives of ``size`` in-process workers."""
+    """Shared mailboxes and collectives of ``size`` in-process workers (``fault_tolerant``: see the module)."""
 
-    def __init__(self, size: int, timeout: float | None = None) -> None:
+    def __init__(self, size: int, timeout: float | None = None, fault_tolerant: bool = False) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one worker, got size={size}")
         self.size = size
@@ -36,6 +46,39 @@ class LocalCluster:
         self._readers: dict[int, int] = {}
         self.failure: tuple[int, BaseException] | None = None
         self._parent: LocalCluster | None = None
+        self.fault_tolerant = fault_tolerant
+        self.members = tuple(range(size))
+        """Each rank's launch number (``Engine.world_ranks``): itself, except in a cluster a shrink made."""
+        self.membership = Membership() if fault_tolerant else None
+        self._shrink: Shrink | None = None
+        if self.membership is not None:
+            self.membership.watch(self._cond)
+
+    def group(self, members: tuple[int, ...], timeout: float) -> LocalCluster:
+        """A fault-tolerant cluster of this job over ``members`` (launch numbers), sharing its record of losses."""
+        assert self.membership is not None, "only a fault-tolerant cluster makes groups"
+        cluster = LocalCluster(len(members), timeout, fault_tolerant=True)
+        cluster.members, cluster.membership = members, self.membership
+        self.membership.watch(cluster._cond)
+        return cluster
+
+    @property
+    def lost(self) -> dict[int, BaseException]:
+        """The lost ranks of the job (launch number -> the exception that ended it), in the order lost."""
+        return {} if self.membership is None else self.membership.lost
+
+    def lose(self, rank: int, exc: BaseException | None = None) -> None:
+        """Mark ``rank`` (of this cluster) lost at once, as kill -9 would: its later engine calls raise, and with
+        ``fault_tolerant`` the survivors' raise PeerLost; without, the job stops as after ``fail``."""
+        if not 0 <= rank < self.size:
+            raise ValueError(f"rank {rank} does not exist in a cluster of {self.size}")
+        launch = self.members[rank]
+        if exc is None:
+            exc = PeerLost(f"rank {launch} was lost (LocalCluster.lose, the stand-in for kill -9)", ranks=(launch,))
+        if self.membership is None:
+            self.fail(rank, exc)
+        else:
+            self.membership.lose(launch, exc)
 
     def link_failures(self, parent: LocalCluster) -> None:
         """Let a failure in ``parent`` (the cluster this one was dup'ed from) stop waits here too."""
@@ -48,7 +91,9 @@ class LocalCluster:
         """Run ``fn(engine, *args, **kwargs)`` on every rank in its own thread; return results by rank.
 
         The first exception of any worker (the cause; the others then stop with PeerFailed) is re-raised here once
-        all threads have stopped, with a note naming its rank.
+        all threads have stopped, with a note naming its rank. With ``fault_tolerant``, a rank that raises is lost
+        instead (``lost`` keeps its exception) and the survivors' results are returned, None for lost ranks; only
+        when every rank is lost is the first loss's exception re-raised.
         """
         results: list[Any] = [None] * self.size
 
@@ -63,6 +108,8 @@ class LocalCluster:
             t.start()
         for t in threads:
             t.join()
+        if self.membership is not None:
+            return self._survivors(results)
         if self.failure is not None:
             rank, exc = self.failure
             if hasattr(exc, "add_note") and not isinstance(exc, PeerFailed):  # Python 3.11+
@@ -70,18 +117,55 @@ class LocalCluster:
             raise exc
         return results
 
+    def _survivors(self, results: list[Any]) -> list[Any]:
+        lost = self.lost
+        if all(m in lost for m in self.members):
+            launch, exc = next(iter(lost.items()))
+            if hasattr(exc, "add_note") and not isinstance(exc, PeerFailed):
+                exc.add_note(f"(rank {launch} of a LocalCluster of {self.size}, lost first; then every rank was lost)")
+            raise exc
+        return [None if m in lost else value for m, value in zip(self.members, results, strict=True)]
+
     def fail(self, rank: int, exc: BaseException) -> None:
+        if self.membership is not None:  # fault tolerant: a failed rank is a lost one
+            self.membership.lose(self.members[rank], exc)
+            return
         with self._cond:
             if self.failure is None:
                 self.failure = (rank, exc)
             self._cond.notify_all()
 
-    def check_alive(self) -> None:
+    def check_alive(self, rank: int | None = None) -> None:
+        """Raise when the job cannot go on as it is: PeerFailed after a failure; with ``fault_tolerant``, PeerLost
+        when a member of this group is lost (PeerFailed when ``rank`` itself is)."""
+        if self.membership is not None:
+            self.membership.check(self.members, None if rank is None else self.members[rank])
+            return
         if self._parent is not None:
             self._parent.check_alive()
         if self.failure is not None:
             rank, exc = self.failure
             raise PeerFailed(f"rank {rank} failed ({type(exc).__name__}: {exc}); stopping this worker too")
+
+    def revoked(self, rank: int) -> None:
+        """Fault tolerant: check_alive before each operation (a revoked group starts none). Else a no-op."""
+        if self.membership is not None:
+            self.check_alive(rank)
+
+    def shrink(self, rank: int, timeout: float) -> tuple[tuple[int, ...], int, LocalCluster]:
+        """Rank ``rank``'s part of the survivors' shrink (membership.Shrink): (launch numbers lost, its new rank,
+        the survivors' cluster)."""
+        if self.membership is None:
+            raise PeerFailed("only LocalCluster(..., fault_tolerant=True) can shrink")
+        with self._cond:
+            if self._shrink is None:
+                self._shrink = Shrink(self.members, self.membership)
+        return self._shrink.join(self._cond, rank, timeout, lambda survivors: self.group(survivors, self.timeout))
+
+    def named(self, ranks: tuple[int, ...]) -> str:
+        """``rank(s) [..]``, with their launch numbers when a shrink renumbered them."""
+        launch = [self.members[r] for r in ranks]
+        return f"rank(s) {list(ranks)}" + ("" if launch == list(ranks) else f" (launch rank(s) {launch})")
 
     # point to point -----------------------------------------------------------------------------------------
     def post(self, src: int, dst: int, tag: int, data: np.ndarray) -> None:
@@ -131,16 +215,17 @@ class LocalCluster:
     def gather_all(self, rank: int, generation: int, value: Any, what: str) -> list[Any]:
         """Deposit ``value`` for collective number ``generation`` and return every rank's value, in rank order."""
         deadline = time.monotonic() + self.timeout
+        self.revoked(rank)
         self.deposit(rank, generation, value)
         with self._cond:
             while (values := self.collect(generation)) is None:
-                self.check_alive()
+                self.check_alive(rank)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = self.missing(generation)
                     raise PeerTimeout(
-                        f"rank {rank} waited {self.timeout:g} s in {what} #{generation} for rank(s) "
-                        f"{list(missing)}, which never joined it (still computing, stuck, or on another code path)",
+                        f"rank {rank} waited {self.timeout:g} s in {what} #{generation} for {self.named(missing)}, "
+                        "which never joined it (still computing, stuck, or on another code path)",
                         ranks=missing,
                     )
                 self._cond.wait(min(left, 0.05))
@@ -151,11 +236,15 @@ class _LocalBarrier(Request):
     def __init__(self, cluster: LocalCluster, rank: int, generation: int) -> None:
         super().__init__("barrier", -1, -1, 0)
         self._cluster = cluster
+        self._rank = rank
         self._generation = generation
         cluster.deposit(rank, generation, None)
 
     def test(self) -> bool:
-        self.done = self.done or self._cluster.collect(self._generation) is not None
+        if not self.done:
+            self.done = self._cluster.collect(self._generation) is not None
+            if not self.done:
+                self._cluster.revoked(self._rank)
         return self.done
 
     def describe(self) -> str:
@@ -175,6 +264,7 @@ class _LocalRecv(Request):
             return True
         data = self._cluster.take(self._key, self._seq)
         if data is None:
+            self._cluster.revoked(self._key[1])
             return False
         if data.nbytes != self._buf.nbytes or data.dtype != self._buf.dtype:
             raise MessageError(
@@ -220,14 +310,37 @@ class LocalEngine(Engine):
         self.rank = rank
         self.size = cluster.size
         self.timeout = cluster.timeout
+        self.fault_tolerant = cluster.fault_tolerant
         self._generation = 0
         self._kind_counts: dict[str, int] = {}
 
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        return self.cluster.members
+
     def check_alive(self) -> None:
-        self.cluster.check_alive()
+        self.cluster.check_alive(self.rank)
+
+    def shrink(self) -> tuple[int, ...]:
+        """Collective among the survivors (see Engine.shrink and membership.Shrink): a member lost before the
+        last survivor arrives is not waited for and is counted in this shrink's result (``()`` if none was lost);
+        one lost after it leaves the new group revoked, so the next call raises PeerLost and the survivors shrink
+        again. Engines dup'ed before stay revoked; dup again after."""
+        if not self.fault_tolerant:
+            return super().shrink()
+        lost, rank, cluster = self.cluster.shrink(self.rank, self.timeout)
+        self.cluster, self.rank, self.size = cluster, rank, cluster.size
+        self._generation = 0
+        self._kind_counts = {}
+        return lost
 
     def dup(self, timeout: float | None = None) -> LocalEngine:
-        fresh = LocalCluster(self.size, self.timeout if timeout is None else timeout) if self.rank == 0 else None
+        seconds = self.timeout if timeout is None else timeout
+        fresh = None
+        if self.rank == 0 and self.fault_tolerant:
+            fresh = self.cluster.group(self.cluster.members, seconds)
+        elif self.rank == 0:
+            fresh = LocalCluster(self.size, seconds)
         clusters = self._collective(fresh, "dup")
         clusters[0].link_failures(self.cluster)
         return clusters[0].engine(self.rank)
@@ -236,6 +349,7 @@ class LocalEngine(Engine):
         check_contiguous(buf, "isend")
         check_tag(tag)
         self.check_peer(dest)
+        self.cluster.revoked(self.rank)
         self.cluster.post(self.rank, dest, tag, buf.copy())
         return _Completed("send", dest, tag, buf.nbytes)
 
@@ -243,6 +357,7 @@ class LocalEngine(Engine):
         check_contiguous(buf, "irecv")
         check_tag(tag)
         self.check_peer(source)
+        self.cluster.revoked(self.rank)
         return _LocalRecv(self.cluster, buf, source, self.rank, tag)
 
     def _collective(self, value: Any, what: str) -> list[Any]:
@@ -275,5 +390,6 @@ class LocalEngine(Engine):
         self._collective(None, "barrier")
 
     def ibarrier(self) -> Request:
+        self.cluster.revoked(self.rank)
         self._generation += 1
         return _LocalBarrier(self.cluster, self.rank, self._generation)
