@@ -135,6 +135,9 @@ def train(
     snapshots = None
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
         snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
+    worker.start()  # collective; a process replacing a lost rank (fast run --max-restarts) joins the job here
+    # where the job is in the passes over the shards: 0 at the start; a replacement takes up the lost rank's pass
+    first_epoch, skip = divmod(worker.step, len(loader))
     step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
     restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
@@ -143,10 +146,10 @@ def train(
             f"{len(loader) * batch_size} training samples each, {len(val_set[1])} for validation, "
             f"{len(test_set[1])} for testing; budget {_budget_text(worker.budget, global_epoch)}"
         )
-    for epoch in itertools.count():  # this rank's passes over its shard, until the job's budget is spent
+    for epoch in itertools.count(first_epoch):  # this rank's passes over its shard, until the budget is spent
         loader.sampler.set_epoch(epoch)
         total, batches, spent = 0.0, 0, False
-        for images, labels in loader:
+        for images, labels in itertools.islice(loader, skip if epoch == first_epoch else 0, None):
             n = worker.claim_batch(len(labels))  # the whole batch, fewer on the job's last grant, 0 once spent
             if n == 0:
                 spent = True

@@ -170,11 +170,10 @@ class Allowance:
         if self._shared is not None:
             self._shared.abandon()
 
-    def rejoin(self, member: bool = True, mid_step: bool = False) -> None:
+    def rejoin(self, member: bool = True) -> None:
         """Collective over the group after it changed (``fast_core.survival``; the Worker aligned the steps): the
         lost ranks' share of the budget is taken over by the others. ``member``: this rank was in the group before
-        (False on a replacement, whose Allowance was never started); ``mid_step``: the members claimed the step they
-        run again (a replacement's first claim, for that step, is then free). A seconds budget keeps the job's start.
+        (False on a replacement, whose Allowance was never started). A seconds budget keeps the job's start.
         Lockstep: the steps left follow from the samples the job has left and the group's samples per step.
         Asynchronous: rank 0 of the group holds the counter again (``regrouped_samples``)."""
         elapsed = np.array([time.monotonic() - self.started if member else 0.0])
@@ -194,7 +193,6 @@ class Allowance:
             self._lockstep_samples = int(counts[0])
             self._job_step = int(per_step[0] + per_step[1] * counts[1])  # a newcomer's batch: the largest one
             self._steps_left = max(0, self.budget.samples - self._lockstep_samples) // self._job_step
-            self._steps_left += int(mid_step and not member)
 
     def close(self, samples: int) -> int:
         """Collective: stop the grant service and return the job's samples (this rank trained ``samples``)."""

@@ -12,7 +12,11 @@ wait for a neighbour, its communication thread), and runs ``survive`` there:
    messages);
 4. the strategy sets up again over the survivors on the healed topology (``Strategy.rejoin``), and the budget's
    counter moves to the survivors' rank 0, who take over the lost ranks' share (``Allowance.rejoin``);
-5. the hook that was interrupted runs again, over the survivors.
+5. where the loss interrupted a step (a strategy's hook), the rest of that step exchanges nothing and steps 3 and 4
+   end it, so every survivor meets the consensus point once, wherever it was: a rank that had completed a
+   collective the others had not simply ends its step; with plain SGD the average of the survivors' local steps is
+   the step all-reduce would have taken. Elsewhere (a budget claim, ``close``, a script's own collectives) the
+   consensus point comes at once and the interrupted call runs again over the survivors.
 
 What is not carried over: a lost rank's data shard (the survivors keep their own shards; with shuffled, identically
 distributed shards the loss is a smaller sample), and the optimizer state of a survivor that was one step behind
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -71,10 +74,9 @@ class Recovery:
         }
 
 
-def survive(worker: Worker, error: PeerLost) -> Recovery:
-    """Steps 1-4 above on this survivor (collective over the survivors, and the replacements if any are started);
-    the caller runs its hook again."""
-    detected = time.time()
+def survive(worker: Worker, error: PeerLost) -> GroupChange:
+    """Steps 1, 2 and the budget's part of 4 on this survivor (collective over the survivors, and the replacements
+    if any are started); ``resync`` does the rest, at once or at the end of the step in progress."""
     engine = worker.engine
     old_world, old_size = engine.world_ranks, engine.size
     log.warning("rank %d (launched as %d): %s", engine.rank, old_world[engine.rank], error)
@@ -84,58 +86,52 @@ def survive(worker: Worker, error: PeerLost) -> Recovery:
     lost = engine.shrink()
     kept = tuple(old_world.index(w) for w in engine.world_ranks)
     replaced = engine.grow(lost) if engine.restarts_left else ()
-    regroup(worker, GroupChange(kept, old_size, lost, engine.size, replaced), member=True)
-    recovery = Recovery(lost, replaced, worker.step, engine.size, detected, time.time())
-    worker.recoveries.append(recovery)
-    if engine.rank == 0:
-        log.warning(
-            "lost rank(s) %s at step %d; %s %d rank(s) go on (recovered in %.2f s)",
-            list(lost),
-            recovery.step,
-            f"replaced {list(replaced)}," if replaced else "",
-            engine.size,
-            recovery.recovered_at - detected,
-        )
-    return recovery
+    change = GroupChange(kept, old_size, lost, engine.size, replaced)
+    _regroup(worker, change, member=True)
+    return change
 
 
 def join(worker: Worker) -> None:
     """A process started to replace lost ranks (``Engine.joined``) joins the group from its Worker's start: the
-    same collective steps as the survivors' ``regroup``, taking the survivors' parameters, step and optimizer state
-    (from a live rank, not from a file) and its place in the topology and the budget."""
+    same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a live
+    rank, not from a file) and its place in the topology and the budget."""
     engine = worker.engine
-    replaced = engine.joined
-    regroup(worker, GroupChange((), 0, (), engine.size, replaced), member=False)
+    change = GroupChange((), 0, (), engine.size, engine.joined)
+    _regroup(worker, change, member=False)
+    worker.step = resync(worker, change, member=False, next_step=-1)
     engine.joined = ()
     log.info("rank %d joined as launch number %d at step %d", engine.rank, engine.world_ranks[engine.rank], worker.step)
 
 
-def regroup(worker: Worker, change: GroupChange, member: bool) -> None:
-    """Collective over the new group: the consensus point and the strategy's and budget's set-up over it.
-    ``member``: this rank was in the group before (False on a replacement)."""
-    engine, context = worker.engine, worker.context
+def _regroup(worker: Worker, change: GroupChange, member: bool) -> None:
+    """The part of a change every rank of the new group does at once: the newcomers' check, the budget."""
+    engine = worker.engine
     worker.rank, worker.size = engine.rank, engine.size
     if change.replaced:  # the newcomers run the same script: check it like at the start
         worker.strategy.heal_topology(change)
         check_same_setup(worker.layout, canonical_strategy(worker.strategy, shared=True), engine)
+    if worker.allowance is not None:
+        worker.allowance.rejoin(member)
+
+
+def resync(worker: Worker, change: GroupChange, member: bool, next_step: int) -> int:
+    """Step 3 and the strategy's part of 4 (collective over the new group): returns the step every rank runs next.
+    ``next_step``: the one this rank would run next (after the step it was in, if it ends here); lockstep ranks all
+    take the largest, asynchronous ones keep theirs, a replacement takes the largest."""
+    engine, context = worker.engine, worker.context
     lockstep = member and _in_lockstep(worker)
-    claimed = member and worker.claimed_step == context.step  # the hook to run again belongs to a claimed batch
-    clocks = np.array(
-        [context.step, context.round, lockstep, worker.first_step if member else -1, claimed], dtype=np.int64
-    )
+    clocks = np.array([next_step, lockstep, worker.first_step if member else -1], dtype=np.int64)
     engine.allreduce(clocks, op="max", kind="job")
-    if clocks[2] or not member:  # lockstep ranks run the same steps again; asynchronous ones keep their own
-        context.step, context.round = int(clocks[0]), int(clocks[1])
-        worker.metrics.steps = context.step
+    aligned = int(clocks[0]) if clocks[1] or not member else next_step
     if not member:
-        worker.first_step = int(clocks[3])
+        worker.first_step = int(clocks[2])
         change = replace(change, first_step=worker.first_step)
     _average_of_members(worker, member)
     if change.replaced:
         _give_optimizer_state(worker, member)
+    worker.step = aligned  # the strategy sets up for the step it runs next
     worker.strategy.rejoin(context, change)
-    if worker.allowance is not None:
-        worker.allowance.rejoin(member, mid_step=bool(clocks[4]))
+    return aligned
 
 
 def _average_of_members(worker: Worker, member: bool) -> None:

@@ -31,9 +31,9 @@ from .observers import Observer
 from .reporting import Reporter
 from .straggler import Straggler
 from .strategies import Strategy
-from .strategies.base import StepContext
+from .strategies.base import GroupChange, StepContext
 from .strategies.spec import canonical_strategy, resolve_strategy
-from .survival import Recovery, check_can_survive, join, survive
+from .survival import Recovery, check_can_survive, join, resync, survive
 
 log = logging.getLogger("fast")
 T = TypeVar("T")
@@ -93,6 +93,8 @@ class Worker:
         self.first_step = 0
         """The step training started (or resumed) from: a strategy's lockstep steps count from it."""
         self.recoveries: list[Recovery] = []
+        self._change: GroupChange | None = None  # a loss survived, its consensus point still to come
+        self._detected = 0.0
         """The losses of ranks this worker survived (a fault-tolerant engine), in order (``fast_core.survival``)."""
 
     @property
@@ -159,13 +161,18 @@ class Worker:
         self._notify("on_compute_end")
         if self.uneven_inputs and self.strategy.lockstep:
             collectives.count_active(self.engine, True)
-        self.run_collective(lambda: self.strategy.before_step(self.context))
+        if self._change is None:
+            self._in_step(lambda: self.strategy.before_step(self.context))
 
     def after_step(self) -> None:
         """Hook after the optimizer step (parameter strategies act here)."""
         self._ensure_started()
-        self.run_collective(self._mix)
-        self.step = self.step + 1
+        if self._change is None:
+            self._in_step(self._mix)
+        if self._change is not None:  # a rank was lost in this step: the step ends at the consensus point
+            self.step = self._recover(self.step + 1)
+        else:
+            self.step = self.step + 1
         if self.log_every and self.step % self.log_every == 0:
             data = self.metrics.as_dict()
             log.info("rank %d %s", self.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
@@ -263,11 +270,6 @@ class Worker:
         self._claim = (self.step, granted)
         return granted
 
-    @property
-    def claimed_step(self) -> int | None:
-        """The step of the last ``claim_batch`` (None before any)."""
-        return None if self._claim is None else self._claim[0]
-
     def collective_passes(self, job_pass: int, batch_size: int) -> int | None:
         """Under a budget, after how many of its passes over its shard this rank may still call an epoch-end
         collective (``end_epoch``: FAST's restart) knowing every rank calls it too. ``job_pass``: the samples one
@@ -328,10 +330,48 @@ class Worker:
             try:
                 return action()
             except PeerLost as error:
-                check_can_survive(self, error, attempt)
-                recovery = survive(self, error)
-                self._notify("on_record", "membership", recovery.as_record())
+                self._lost(error, attempt)
+                self.step = self._recover(self.step)
         raise AssertionError("unreachable")
+
+    def _in_step(self, hook: Callable[[], None]) -> None:
+        """A strategy's hook: a rank lost in it is survived, and the rest of the step exchanges nothing (it ends at
+        the consensus point, in ``after_step``)."""
+        try:
+            hook()
+        except PeerLost as error:
+            self._lost(error, 0)
+
+    def _lost(self, error: PeerLost, attempt: int) -> None:
+        check_can_survive(self, error, attempt)
+        if self._change is None:
+            self._detected = time.time()
+        change = survive(self, error)
+        self._change = change if self._change is None else self._change.then(change)
+
+    def _recover(self, next_step: int) -> int:
+        """The consensus point after a loss (collective): the step to run next; losses meanwhile are survived."""
+        for attempt in itertools.count(1):
+            try:
+                step = resync(self, self._change, member=True, next_step=next_step)
+                break
+            except PeerLost as error:
+                self._lost(error, attempt)
+        recovery = Recovery(self._change.lost, self._change.replaced, step, self.size, self._detected, time.time())
+        self._change = None
+        self.recoveries.append(recovery)
+        self._notify("on_record", "membership", recovery.as_record())
+        if self.rank == 0:
+            replaced = f"replaced {list(recovery.replaced)}, " if recovery.replaced else ""
+            log.warning(
+                "lost rank(s) %s; %s%d rank(s) go on from step %d (recovered in %.2f s)",
+                list(recovery.lost),
+                replaced,
+                self.size,
+                step,
+                recovery.recovered_at - recovery.detected_at,
+            )
+        return step
 
     def _notify(self, event: str, *args: object) -> None:
         for observer in self.observers:

@@ -60,6 +60,7 @@ def _run(strategy: str, victims: str, out: Path, ranks: int = 4, samples: int = 
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "FAST_TIMEOUT": "30",
+        "MPI4PY_RC_FINALIZE": "0",  # as fast run --fault-tolerant sets it: MPI_Finalize can hang after a loss
     }
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -180,6 +180,8 @@ class Job:
             added["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.workers))
         if self.hostfile is None and "MASTER_ADDR" not in env:  # torch.distributed's env:// rendezvous on this host
             added.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        if self.fault_tolerant:  # Open MPI's MPI_Finalize can hang on a fence with the dead (1 exit in 8 here)
+            added.setdefault("MPI4PY_RC_FINALIZE", "0")
         env.update(added)
         command = [self.mpiexec, "-n", str(self.workers)]
         if self.hostfile:

@@ -8,6 +8,10 @@ use): from then on every pending or new call on them fails with MPI_ERR_REVOKED 
 ``PeerLost``. The Worker then stops its strategy's threads and calls ``shrink``: ``MPI_Comm_shrink`` gives the
 survivors one agreed communicator, renumbered in their old order, on which the job goes on.
 
+After a loss, Open MPI 5.0's MPI_Finalize sometimes waits forever on a fence that includes the dead process (about one
+exit in eight here), so a fault-tolerant launch does not finalize: ``fast run --fault-tolerant`` sets
+MPI4PY_RC_FINALIZE=0 (set it too when launching by hand); mpiexec then still ends with status 0.
+
 A collective that fails must leave the caller's buffer as it was, so that the step can be run again over the
 survivors: allreduce and broadcast here write into a scratch buffer and copy back only on success.
 """

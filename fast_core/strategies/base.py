@@ -92,11 +92,23 @@ class GroupChange:
     """The lost ranks' launch numbers (``Engine.world_ranks``)."""
     size: int = 0
     """The group's size after the change."""
-    first_step: int = 0
-    """The step the group's training started (or resumed) from."""
     replaced: tuple[int, ...] = ()
     """Launch numbers that new processes took over: the group is numbered by launch number again and the
     topology is the one the job was launched with (``Engine.grow``)."""
+
+    first_step: int = 0
+    """The step the group's training started (or resumed) from."""
+
+    def then(self, later: GroupChange) -> GroupChange:
+        """This change followed by ``later`` (a rank lost during the recovery from another), as one change."""
+        return GroupChange(
+            tuple(self.kept[i] for i in later.kept) if not later.replaced else later.kept,
+            self.old_size,
+            self.lost + later.lost,
+            later.size,
+            tuple(sorted(set(self.replaced + later.replaced))),
+            self.first_step,
+        )
 
 
 def _buildable(topology: object, size: int) -> bool:

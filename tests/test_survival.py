@@ -1,0 +1,142 @@
+"""A Worker survives a lost rank (fast_core.survival) on the in-process engine with fault tolerance, under every
+strategy: the survivors shrink, heal the topology, restart from their average and finish the shared budget. The
+same code runs under Open MPI with ULFM against real kill -9 (tests/test_survival_mpi.py)."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from fast_core import Budget, LocalCluster, PeerLost, Worker
+from fast_core.budget import MAX_AHEAD
+from fast_core.datasets import batches, shard_indices, synthetic_classification
+from fast_core.numpy_model import SoftmaxRegression
+from fast_core.topology import is_doubly_stochastic, make_topology
+from fast_core.topology.heal import heal
+
+BATCH, BUDGET, KILL_STEP = 16, 8_000, 12
+X, Y = synthetic_classification(n_samples=1200, n_features=10, n_classes=3, seed=0)
+
+
+def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> dict:
+    """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP."""
+    me = engine.rank
+    model = SoftmaxRegression(X.shape[1], 3, seed=me)
+    worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=BUDGET))
+    worker.start()
+    shard = shard_indices(len(Y), engine.rank, engine.size)
+    epoch = 0
+    while True:
+        for xb, yb in batches(X[shard], Y[shard], BATCH, epoch=epoch, seed=me):
+            if me == victim and worker.step == KILL_STEP:
+                cluster.lose(me)
+                return {}
+            granted = worker.claim_batch(BATCH)
+            if granted == 0:
+                worker.close()
+                consensus = worker.average_params()
+                return {
+                    "launched": me,
+                    "size": engine.size,
+                    "lost": [r.lost for r in worker.recoveries],
+                    "samples": worker.metrics.samples,
+                    "job": worker.metrics.job_samples,
+                    "accuracy": model.accuracy(X, Y, params=consensus),
+                    "graph": getattr(_innermost(worker.strategy), "_graph", None),
+                }
+            model.compute_gradients(xb[:granted], yb[:granted])
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        epoch += 1
+
+
+def _innermost(strategy):
+    while hasattr(strategy, "inner") or hasattr(strategy, "phases"):
+        strategy = strategy.inner if hasattr(strategy, "inner") else strategy.active
+    return strategy
+
+
+STRATEGIES = [
+    "allreduce",
+    "dpsgd:ring",
+    "localsgd:period=4",
+    "sgp:exp1",
+    "async:ring",
+    "adpsgd:ring",
+    "fast",
+    "easgd:synchronous=false",
+    "easgd",
+    "gossip:push,synchronous=false",
+    "async:ring,warmup=8",
+]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("victim", [2, 0])
+def test_the_survivors_finish_the_budget_over_a_healed_group(strategy: str, victim: int) -> None:
+    cluster = LocalCluster(4, timeout=20, fault_tolerant=True)
+    results = cluster.run(train, strategy, victim, cluster)
+    assert list(cluster.lost) == [victim] and results[victim] is None
+    survivors = [r for r in results if r]
+    assert sorted(r["launched"] for r in survivors) == sorted(set(range(4)) - {victim})
+    for result in survivors:
+        assert result["size"] == 3 and result["lost"] == [(victim,)]
+        if result["graph"] is not None:
+            assert result["graph"].size == 3  # the topology was rebuilt over the survivors
+    jobs = {r["job"] for r in survivors}
+    assert len(jobs) == 1 and jobs.pop() == sum(r["samples"] for r in survivors)
+    trained = sum(r["samples"] for r in survivors)
+    assert BUDGET - (KILL_STEP + 2 * MAX_AHEAD) * BATCH - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH
+    accuracy = {round(r["accuracy"], 9) for r in survivors}
+    assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy  # one consensus, trained (chance 1/3)
+
+
+def test_without_fault_tolerance_a_lost_rank_still_ends_the_job() -> None:
+    cluster = LocalCluster(3, timeout=20)
+    with pytest.raises(PeerLost):
+        cluster.run(train, "dpsgd:ring", 1, cluster)
+
+
+def test_a_healed_ring_is_the_ring_of_the_survivors() -> None:
+    ring = make_topology("ring", 6)
+    healed = heal(ring, [0, 1, 3, 4, 5])
+    assert [healed.in_neighbors(r) for r in range(5)] == [[1, 4], [0, 2], [1, 3], [2, 4], [0, 3]]
+    assert is_doubly_stochastic(healed.mixing_matrix())
+
+
+def test_a_healed_torus_keeps_every_surviving_edge_stays_connected_and_renormalises() -> None:
+    torus = make_topology("torus", 16, weights="metropolis")
+    kept = [r for r in range(16) if r not in (5, 6)]  # two neighbours lost together
+    healed = heal(torus, kept)
+    assert healed.size == 14 and healed.weights == "metropolis"
+    graph = nx.Graph(healed.graph(0))
+    graph.remove_edges_from(nx.selfloop_edges(graph))
+    assert nx.is_connected(graph)
+    for a, b in torus.graph(0).edges:
+        if a != b and a in kept and b in kept:
+            assert graph.has_edge(kept.index(a), kept.index(b))
+    assert is_doubly_stochastic(healed.mixing_matrix())
+    assert 0 < healed.spectral_gap() < 1
+
+
+def test_a_time_varying_topology_is_built_again_for_the_survivors() -> None:
+    healed = heal(make_topology("exp1", 8), list(range(7)))
+    assert healed.is_dynamic and healed.size == 7
+
+
+def test_heal_refuses_ranks_that_do_not_exist() -> None:
+    with pytest.raises(ValueError, match="not distinct ranks"):
+        heal(make_topology("ring", 4), [0, 1, 7])
+
+
+def test_an_optimizer_state_array_survives_the_trip_to_a_replacement() -> None:
+    from fast_core.numpy_model import AdaGrad
+
+    model = SoftmaxRegression(4, 2, optimizer=AdaGrad())
+    model.compute_gradients(np.ones((3, 4)), np.array([0, 1, 0]))
+    model.optimizer_step()
+    fresh = SoftmaxRegression(4, 2, optimizer=AdaGrad())
+    fresh.load_optimizer_state(model.optimizer_state())
+    np.testing.assert_array_equal(fresh.optimizer.sum_sq, model.optimizer.sum_sq)
