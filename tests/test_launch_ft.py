@@ -157,12 +157,12 @@ class _FakeMPI:
 
 @pytest.fixture
 def engines(monkeypatch):
-    """Both MPI engine classes replaced by recorders (the fault-tolerant one's module may not exist yet), and an
+    """Both MPI engine classes replaced by recorders (no MPI library is loaded), and an
     environment that looks like 4 ranks under mpiexec."""
     made = []
 
     def recorder(name):
-        return lambda comm=None, timeout=None: made.append((name, comm, timeout)) or name
+        return lambda comm=None, timeout=None, max_restarts=0: made.append((name, comm, timeout)) or name
 
     monkeypatch.setattr(mpi_module, "MPIEngine", recorder("MPIEngine"))
     fake_ft = types.ModuleType("fast_core.engine.mpi_ft")

@@ -38,6 +38,8 @@ def _ulfm_python() -> str | None:
 
 
 PYTHON = _ulfm_python()
+if PYTHON is None and os.environ.get("FAST_REQUIRE_ULFM"):  # tox's ft env: a skip there would hide the tests
+    raise RuntimeError("FAST_REQUIRE_ULFM is set but no Open MPI with ULFM was found next to this Python")
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.skipif(
