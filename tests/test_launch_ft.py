@@ -258,6 +258,25 @@ def test_a_job_where_every_rank_was_lost_fails_although_mpiexec_said_0(tmp_path:
     assert len(lines) == 1 and lines[0].startswith("every one of the 4 ranks was lost: rank 0 (pid 100, host h)")
 
 
+def test_a_replaced_rank_is_named_from_its_own_records_and_the_job_succeeds(tmp_path: Path) -> None:
+    """--max-restarts: the replacement appends its records to the lost rank's log, and Open MPI's launcher says 137
+    once it spawned one; the lost process's own last step is named, the replacement said, and the job succeeds."""
+    run_dir = _ended(tmp_path, (2, "SIGKILL", -9, 100.0), step=7)
+    log = run_dir / "rank2.jsonl"
+    replacement = [
+        {"kind": "start", "rank": 2, "step": 9, "time": 0.0, "wall_start": 101.0, "pid": 999},
+        {"kind": "step", "rank": 2, "step": 30, "time": 3.0},
+        {"kind": "close", "rank": 2, "step": 31},
+    ]
+    membership = {"kind": "membership", "rank": 0, "step": 9, "lost": "2", "replaced": "2"}
+    log.write_text(log.read_text() + "".join(json.dumps(r) + "\n" for r in replacement))
+    (run_dir / "rank0.jsonl").write_text(json.dumps(membership) + "\n")
+    status, ending, lines = job_ending(137, _job(), run_dir)
+    assert status == 0 and ending["survived"] is True and ending["replaced"] == [2] and ending["mpiexec_status"] == 137
+    assert [(e["rank"], e["step"]) for e in ending["lost_ranks"]] == [(2, 7)]
+    assert lines[0].endswith("new processes took over rank(s) [2] and the job finished")
+
+
 def test_a_rank_that_exits_with_an_error_is_never_survived(tmp_path: Path) -> None:
     run_dir = _ended(tmp_path, (2, "SIGKILL", -9, 100.0), (1, None, 3, 105.0), (0, "SIGTERM", -15, 106.0))
     aborted = json.loads((run_dir / "exits" / "rank1.json").read_text())

@@ -229,6 +229,18 @@ def main(args: argparse.Namespace) -> int:
     return status
 
 
+def _process_records(records: list[dict], pid: int | None) -> list[dict]:
+    """The records one process wrote to its rank's log: a replacement (``--max-restarts``) appends its own after a
+    "start" record of its own; the launched process's come first."""
+    segments: list[list[dict]] = []
+    for record in records:
+        if record.get("kind") == "start" or not segments:
+            segments.append([])
+        segments[-1].append(record)
+    mine = [s for s in segments if s[0].get("kind") == "start" and s[0].get("pid") == pid]
+    return mine[0] if mine else (segments[0] if segments else [])
+
+
 def lost_rank(exits: Path, run_dir: Path) -> dict | None:
     """The first rank that ended badly (its guard's record), with the step of its last record in the run folder
     and how long before its end that record was written; None if no guard recorded one."""
@@ -240,7 +252,7 @@ def with_step(lost: dict, run_dir: Path) -> dict:
     """A guard's record of a lost rank, with the step of the rank's last record in the run folder and how long
     before its end that record was written (when it wrote any)."""
     lost = dict(lost)
-    records = read_run(run_dir).get(lost["rank"], [])
+    records = _process_records(read_run(run_dir).get(lost["rank"], []), lost.get("pid"))
     start = next((r for r in records if r.get("kind") == "start"), None)
     last = next((r for r in reversed(records) if "step" in r), None)
     if last is not None:
@@ -267,18 +279,41 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
         before = [e for e in endings if e["wall"] < cause["wall"]]
         line = lost_text(cause, "launcher" if job.aborted is not None else job.kind)
         return status or cause["status"], {"lost": cause, "lost_ranks": [*before, cause], "survived": False}, [line]
+    replaced, finished = _replacements(run_dir)
+    if status != 0 and endings and replaced and finished and all(e.get("signal") for e in endings):
+        # Open MPI's launcher reports a killed rank's status once it spawned replacements; the job finished
+        ending = {"lost_ranks": endings, "survived": True, "replaced": replaced, "mpiexec_status": status}
+        return 0, ending, [survived_text(endings, job.workers, replaced)]
     if status != 0:
         cause = endings[0] if endings else None
         ending = {"lost_ranks": endings, **({"lost": cause, "survived": False} if cause else {})}
         return status, ending, [lost_text(cause, job.kind)] if cause else []
     if not endings:
         return status, {"lost_ranks": []}, []
-    if len({e["rank"] for e in endings}) >= job.workers:  # mpiexec says 0 under ULFM even then
+    every_lost = len({e["rank"] for e in endings}) >= job.workers and not (replaced and finished)
+    if every_lost:  # mpiexec says 0 under ULFM even then
         first = endings[0]
         status = 128 - first["status"] if first["status"] < 0 else first["status"] or 1
         line = f"every one of the {job.workers} ranks was lost: " + "; ".join(rank_text(e) for e in endings)
         return status, {"lost": first, "lost_ranks": endings, "survived": False}, [line]
-    return status, {"lost_ranks": endings, "survived": True}, [survived_text(endings, job.workers)]
+    ending = {"lost_ranks": endings, "survived": True, "replaced": replaced}
+    return status, ending, [survived_text(endings, job.workers, replaced)]
+
+
+def _replacements(run_dir: Path) -> tuple[list[int], bool]:
+    """The launch numbers new processes took over (the ranks' "membership" records, ``--max-restarts``), and
+    whether any rank closed its worker (a "close" record)."""
+    records = read_run(run_dir)
+    replaced = {
+        int(number)
+        for rank_records in records.values()
+        for record in rank_records
+        if record["kind"] == "membership"
+        for number in str(record.get("replaced", "")).split(",")
+        if number.strip().isdigit()
+    }
+    finished = any(record["kind"] == "close" for rank_records in records.values() for record in rank_records)
+    return sorted(replaced), finished
 
 
 def rank_text(lost: dict) -> str:
@@ -305,8 +340,11 @@ def lost_text(lost: dict, kind: str = "hydra") -> str:
     return f"{rank_text(lost)}; {STOPPED_BY.get(kind, 'mpiexec stopped the other ranks')}"
 
 
-def survived_text(lost: list[dict], workers: int) -> str:
-    """One line naming the ranks lost in a job the others finished."""
+def survived_text(lost: list[dict], workers: int, replaced: list[int] | None = None) -> str:
+    """One line naming the ranks lost in a job the others finished (and the ranks new processes took over)."""
+    if replaced:
+        names = "; ".join(rank_text(e) for e in lost)
+        return f"{names}; new processes took over rank(s) {replaced} and the job finished"
     left = workers - len({e["rank"] for e in lost})
     others = "the other rank" if left == 1 else f"the {left} other ranks"
     them = "it" if len(lost) == 1 else "them"
