@@ -150,6 +150,8 @@ def train(
         loader.sampler.set_epoch(epoch)
         total, batches, spent = 0.0, 0, False
         for images, labels in itertools.islice(loader, skip if epoch == first_epoch else 0, None):
+            if worker.step >= (epoch + 1) * len(loader):  # a recovery moved the step on: end the pass with the others
+                break
             n = worker.claim_batch(len(labels))  # the whole batch, fewer on the job's last grant, 0 once spent
             if n == 0:
                 spent = True
