@@ -54,6 +54,7 @@ class Outcome:
     replaced: int = 0
     orphans: int = 0
     ended_after: float | None = None  # seconds from the first kill to fast run's exit
+    named: bool = False  # fast run's output names the rank struck (kill-mpich, freeze)
     tail: str = ""
 
 
@@ -108,6 +109,7 @@ def run_once(args: argparse.Namespace, strategy: str, fault: str, rng: random.Ra
     ended = time.time()
     outcome.status = process.returncode
     outcome.tail += output[-1500:]
+    outcome.named = all(f"rank {victim} " in output or f"rank(s) [{victim}]" in output for _, victim in outcome.kills)
     outcome.seconds = ended - began
     if outcome.kills:
         outcome.ended_after = ended - outcome.kills[0][0]
@@ -150,7 +152,10 @@ def _disturb(args, fault: str, run_dir: Path, process, outcome: Outcome, seen: s
         victim = rng.choice(sorted(pids))
         os.kill(pids[victim], signal.SIGSTOP if fault == "freeze" else signal.SIGKILL)
         outcome.kills.append((time.time(), victim))
-    if fault == "freeze":  # let the launcher end the job; then release the frozen process if it is still there
+    if fault == "freeze":  # let the job end on its own (a PeerTimeout naming the frozen rank), then release it
+        waited = time.time() + args.timeout + 60
+        while time.time() < waited and process.poll() is None:
+            time.sleep(0.1)
         for pid in seen:
             if alive(pid):
                 os.kill(pid, signal.SIGCONT)
@@ -209,8 +214,8 @@ def table(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
         )
         lines.append("|---|---|---|---|---|---|---|---|---|")
     else:
-        lines.append("| strategy | fault | exit | kill to exit s (median) | orphans |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| strategy | fault | exit | struck rank named | fault to exit s (median) | orphans |")
+        lines.append("|---|---|---|---|---|---|")
     for strategy in args.strategies.split(","):
         mine = [o for o in outcomes if o.strategy == strategy]
         hit = [o for o in mine if o.fault != "none"]
@@ -228,7 +233,9 @@ def table(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
             )
         else:
             ends = [o.ended_after for o in hit if o.ended_after is not None]
-            lines.append(f"| {strategy} | {args.fault} | {exits} | {median(ends)} | {sum(o.orphans for o in hit)} |")
+            named = "yes" if all(o.named for o in hit) else "no"
+            orphans = sum(o.orphans for o in hit)
+            lines.append(f"| {strategy} | {args.fault} | {exits} | {named} | {median(ends)} | {orphans} |")
     return "\n".join(lines)
 
 
