@@ -21,6 +21,9 @@ SCRIPT = Path(__file__).with_name("survival_mpi.py")
 ROOT = SCRIPT.parent.parent
 BUDGET = 20_000
 BATCH = 32  # survival_mpi.BATCH
+KILL_STEP = 5
+"""Early: under an asynchronous strategy with this microsecond model rank 0 trains most of the budget, and a rank
+killed at a later step of its own may never get there."""
 
 
 def _ulfm_python() -> str | None:
@@ -85,7 +88,7 @@ STRATEGIES = [
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_the_survivors_of_a_kill_finish_the_budget_with_a_trained_consensus(tmp_path: Path, strategy: str) -> None:
-    records = _run(strategy, "2@30", tmp_path)
+    records = _run(strategy, f"2@{KILL_STEP}", tmp_path)
     assert sorted(records) == [0, 1, 3]
     for record in records.values():
         assert record["size"] == 3 and record["finite"]
@@ -97,8 +100,8 @@ def test_the_survivors_of_a_kill_finish_the_budget_with_a_trained_consensus(tmp_
     assert len(job) == 1, job  # every survivor agrees on what the job trained
     survivors_trained = job.pop()
     assert survivors_trained == sum(r["samples"] for r in records.values())
-    # what is missing is what the lost rank trained (its 30 steps and what it had reserved), no more
-    lost_could_train = (30 + 2 * MAX_AHEAD) * BATCH
+    # what is missing is what the lost rank trained (its steps and what it had reserved), no more
+    lost_could_train = (KILL_STEP + 2 * MAX_AHEAD) * BATCH
     assert BUDGET - lost_could_train - 4 * BATCH <= survivors_trained <= BUDGET, survivors_trained
     accuracy = {round(r["accuracy"], 9) for r in records.values()}
     assert len(accuracy) == 1 and accuracy.pop() > 0.85  # one consensus model, trained (chance is 0.1)
