@@ -274,16 +274,17 @@ class Worker:
         """Under a budget, after how many of its passes over its shard this rank may still call an epoch-end
         collective (``end_epoch``: FAST's restart) knowing every rank calls it too. ``job_pass``: the samples one
         pass of every rank trains (a global epoch). None: after every pass (a lockstep strategy: all ranks run the
-        same steps, or no budget). Asynchronous: the passes every rank finishes before the budget is spent, whatever
-        the ranks' speeds; while a rank waits after pass k, the job has trained at most k global epochs plus the
-        batches the ranks reserved (two per rank and ``ahead``), so k <= (samples - that) / job_pass; 0 when the
-        budget has seconds (the ranks' passes when time is up are unknown)."""
+        same steps, or no budget). Asynchronous: the passes every rank finishes before the budget is spent (for a
+        resumed job, what it had left), whatever the ranks' speeds; while a rank waits after pass k, the job has
+        trained at most k global epochs plus the batches the ranks reserved (two per rank and ``ahead``), so
+        k <= (samples - that) / job_pass; 0 when the budget has seconds (the ranks' passes when time is up are
+        unknown)."""
         if self.budget is None or math.isinf(self.strategy.lockstep_steps()):
             return None
         if self.budget.samples is None or self.budget.seconds is not None:
             return 0
         reserved = 2 * self.budget.most_ahead * self.size * batch_size
-        return max(0, (self.budget.samples - reserved) // job_pass)
+        return max(0, (self.budget.samples - self.samples_before - reserved) // job_pass)
 
     # the consensus model ------------------------------------------------------------------------------------------
     def average_params(self) -> np.ndarray:

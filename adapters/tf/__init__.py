@@ -9,6 +9,7 @@ model.fit(x, y, callbacks=[fast.Callback("async:torus")], verbose=1 if fast.rank
 Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``. Under a shared work
 budget (``fast.Callback(..., batch_size=32, budget=fast_core.Budget(samples=N))``) feed full batches endlessly
 with ``fast.Batches(x, y, batch_size=32)`` and give ``fit`` enough epochs: every rank stops once it is spent.
+``fast.save_checkpoint(path, callback)`` after fit saves the job; ``fast.Callback(..., resume_from=path)`` resumes it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fast_core.collectives import average_logs
 from fast_core.runtime import init, rank, size
 
 from .callback import Callback
+from .checkpoint import save_checkpoint
 from .data import Batches, shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
@@ -42,6 +44,7 @@ __all__ = [
     "layout_of",
     "rank",
     "read_flat",
+    "save_checkpoint",
     "shard",
     "size",
     "write_flat",

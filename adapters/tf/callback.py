@@ -12,6 +12,7 @@ a work budget each batch is claimed one batch ahead, at the start of the batch b
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import MutableMapping
 
@@ -24,6 +25,7 @@ from fast_core.runtime import init
 from fast_core.strategies.spec import resolve_strategy
 
 from .budget import Grants, check_budget_options
+from .checkpoint import load_into
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
 from .variables import average_variables, broadcast_variables, floating
@@ -54,6 +56,10 @@ class Callback(keras.callbacks.Callback):
     ``fast_tf.budget``). Epoch-end collectives (averaged logs, consensus distance, FAST's restart) then run only
     after the epochs every rank is sure to finish (``Worker.collective_passes``; every epoch if synchronous).
 
+    ``resume_from``: a checkpoint of ``fast_tf.save_checkpoint`` (saved on any number of ranks) that the first fit
+    starts from: the consensus model, the optimizer's variables, BatchNorm statistics, FAST's step and the budget
+    the job had left. The model must be compiled with the optimizer class it was saved with.
+
     Place it first in ``callbacks`` so the others (EarlyStopping, checkpoints) see the averaged logs and take the
     same decision on every rank. ``worker`` is the fast_core Worker of the current fit (metrics, consensus).
     """
@@ -71,6 +77,7 @@ class Callback(keras.callbacks.Callback):
         log_every: int | None = None,
         batch_size: int | None = None,
         budget: Budget | None = None,
+        resume_from: str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
         if budget is not None and not isinstance(budget, Budget):
@@ -89,6 +96,7 @@ class Callback(keras.callbacks.Callback):
         self.log_every = log_every
         self.batch_size = batch_size
         self.budget = budget
+        self.resume_from = resume_from
         self.worker: Worker | None = None
         self.adapter: KerasModel | None = None
         self._fit_model: keras.Model | None = None
@@ -114,10 +122,14 @@ class Callback(keras.callbacks.Callback):
         self._grants, self._collective_epochs = None, None
         if worker.budget is not None:  # the budget of the run configuration, when none was given
             batch_size = check_budget_options(worker, self.batch_size, getattr(model, "steps_per_execution", 1))
-            self._collective_epochs = worker.collective_passes(steps * batch_size * worker.size, batch_size)
             self._grants = Grants(worker, batch_size, model, adapter)
         worker.start()  # same model on every rank (fingerprint), rank 0's weights
         broadcast_variables(floating(model.non_trainable_variables), engine)
+        if self.resume_from is not None:
+            load_into(self.resume_from, self)  # the model, optimizer, step and budget left of the checkpoint
+            self.resume_from = None  # a later fit goes on from where this one ends
+        if self._grants is not None:  # the epochs every rank finishes in what is left of the budget
+            self._collective_epochs = worker.collective_passes(steps * batch_size * worker.size, batch_size)
         self._pending = False
         self._epochs = 0
         if self._grants is not None:

@@ -11,7 +11,10 @@ strategy's result through Keras can be compared with a dense NumPy simulation of
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import time
 
 import keras
@@ -280,6 +283,41 @@ def case_a_budget_is_spent_exactly_in_whole_batches_and_ends_every_fit(engine: E
         first[:] = 0.0
     engine.allreduce(first)  # rank 0's start, which the callback gave every rank
     np.testing.assert_array_equal(flat_weights(model), first)
+
+
+def case_checkpoint_round_trip(engine: Engine) -> None:
+    """fast_tf.save_checkpoint after a fit, then Callback(resume_from=...) on a fresh model: every rank starts its
+    next fit from the ranks' mean model and optimizer variables, at the saved step (this backend's variables)."""
+    folder = engine.broadcast_text(tempfile.mkdtemp(prefix="fast-keras-ckpt-") if engine.rank == 0 else "")
+    path = os.path.join(folder, "job.ckpt")
+    model, callback = fit(engine, "dpsgd:ring", keras.optimizers.SGD(LR, momentum=0.9))
+    fast.save_checkpoint(path, callback)
+    mean = flat_weights(model)
+    engine.allreduce(mean)
+    mean /= engine.size
+    momenta = np.concatenate([np.asarray(v.numpy(), dtype=np.float64).reshape(-1) for v in model.optimizer.variables])
+    engine.allreduce(momenta)
+    momenta /= engine.size
+    seen = {}
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None) -> None:
+            variables = self.model.optimizer.variables
+            seen["params"] = flat_weights(self.model)
+            seen["optimizer"] = np.concatenate([np.asarray(v.numpy(), np.float64).reshape(-1) for v in variables])
+            seen["step"] = resumed.worker.step
+
+    fresh = make_model(engine, keras.optimizers.SGD(LR, momentum=0.9))
+    fresh.set_weights(initial_weights(50 + engine.rank))
+    resumed = fast.Callback("dpsgd:ring", engine=engine, average_at_end=False, resume_from=path)
+    x, y = rank_data(engine.rank)
+    fresh.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[resumed, Probe()])
+    np.testing.assert_allclose(seen["params"], mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(seen["optimizer"], momenta, rtol=1e-6, atol=1e-6)
+    assert seen["step"] == TOTAL_STEPS and resumed.worker.step == TOTAL_STEPS + STEPS
+    engine.barrier()
+    if engine.rank == 0:
+        shutil.rmtree(folder)
 
 
 CASES = {name: fn for name, fn in sorted(globals().items()) if name.startswith("case_") and callable(fn)}
