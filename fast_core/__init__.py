@@ -12,7 +12,7 @@ from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_
 from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerLost, PeerTimeout
 from .flat import FlatLayout
 from .observers import Observer
-from .runtime import init, rank, size
+from .runtime import init, local_rank, local_size, rank, size
 from .strategies import (
     ADPSGD,
     DPSGD,
@@ -74,6 +74,8 @@ __all__ = [
     "collectives",
     "default_engine",
     "init",
+    "local_rank",
+    "local_size",
     "launched_under_mpi",
     "make_strategy",
     "make_topology",

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import socket
 import threading
 
+import numpy as np
+
+from .collectives import JOB
 from .engine import Engine, default_engine
 
 _lock = threading.Lock()
@@ -30,3 +35,38 @@ def rank() -> int:
 def size() -> int:
     """The number of workers training together (1 without a launcher)."""
     return init().size
+
+
+def local_rank() -> int:
+    """This process's rank among the workers on its host (0 .. local_size() - 1): e.g. the GPU it takes."""
+    return _placement()[0]
+
+
+def local_size() -> int:
+    """The number of workers on this process's host."""
+    return _placement()[1]
+
+
+_placements: dict[int, tuple[int, int]] = {}
+
+
+def _placement() -> tuple[int, int]:
+    engine = init()
+    with _lock:
+        known = _placements.get(id(engine))
+    if known is None:
+        known = host_placement(engine)
+        with _lock:
+            _placements[id(engine)] = known
+    return known
+
+
+def host_placement(engine: Engine, host: str | None = None) -> tuple[int, int]:
+    """(local rank, local size) of ``engine``'s rank among the ranks on its host (collective: one allreduce of a
+    digest of each rank's host name, ``host`` or this machine's; ranks of one host are numbered in rank order)."""
+    digests = np.zeros(engine.size, dtype=np.int64)
+    name = (socket.gethostname() if host is None else host).encode()
+    digests[engine.rank] = int.from_bytes(hashlib.blake2b(name, digest_size=7).digest(), "big")
+    engine.allreduce(digests, kind=JOB)
+    mine = digests[engine.rank]
+    return int(np.count_nonzero(digests[: engine.rank] == mine)), int(np.count_nonzero(digests == mine))
