@@ -40,7 +40,7 @@ NAME = "adapter_overhead"
 START, END = markers(NAME)
 MODELS: dict[str, tuple[int, ...]] = {"1M": (1000, 500, 500, 500, 10), "10M": (1000, 2000, 2000, 2000, 10)}
 """Layer widths of the MLPs (input, hidden..., output): 4 dense layers, 8 tensors, the same in every framework."""
-FRAMEWORKS = ("torch", "jax", "keras:tensorflow", "keras:jax", "keras:torch")
+FRAMEWORKS = ("torch", "torch:bfloat16", "torch:cuda", "jax", "keras:tensorflow", "keras:jax", "keras:torch")
 RESULT = "RESULT "
 """Prefix of the child's JSON line on stdout (libraries may print their own lines there)."""
 
@@ -106,6 +106,11 @@ class Case:
     unflatten: Callable[[np.ndarray], None]
     readback: Callable[[], np.ndarray] | None = None
     """The values the model holds now, when ``flatten`` does not give them (JAX's flatten loads its own trees)."""
+    copy: Callable[[], None] | None = None
+    """The baseline when not ``np.copyto`` of the host bytes: a staged torch model's plain device -> host plus
+    host -> device copy of the same bytes (the pair a mixing step cannot do without)."""
+    holds: Callable[[np.ndarray], np.ndarray] = np.copy
+    """What the model keeps of values written to it (a bfloat16 model rounds them)."""
 
 
 def measure(case: Case, repeats: int, warmup: int) -> tuple[float, float, float, float]:
@@ -114,13 +119,14 @@ def measure(case: Case, repeats: int, warmup: int) -> tuple[float, float, float,
     if case.flatten() is not own:
         raise RuntimeError("params() returned a different buffer on the second call; the benchmark assumes one")
     other = np.random.default_rng(0).standard_normal(own.size).astype(own.dtype)
-    expected = other.copy()
+    expected = case.holds(other)
     case.unflatten(other)  # a round trip through the model must give back what went in
     if not np.array_equal((case.readback or case.flatten)(), expected):
         raise RuntimeError("set_params then params() did not give back the values written")
     src, dst = other.copy(), np.empty_like(other)
+    copy = case.copy or (lambda: np.copyto(dst, src))
     copyto, flatten, unflatten_own, unflatten_other = interleaved(
-        [lambda: np.copyto(dst, src), case.flatten, lambda: case.unflatten(own), lambda: case.unflatten(other)],
+        [copy, case.flatten, lambda: case.unflatten(own), lambda: case.unflatten(other)],
         repeats,
         warmup,
     )
@@ -140,6 +146,40 @@ def torch_case(widths: Sequence[int]) -> Case:
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     model = TorchModel(torch.nn.Sequential(*layers[:-1]))
     return Case(model.layout.size, model.params, model.set_params)
+
+
+def torch_staged_case(widths: Sequence[int], device: str, dtype: str) -> Case:
+    """fast_torch.TorchModel of a model on ``device`` in ``dtype``, mixed through host copies in float32: flatten is
+    ``new_step()`` (the model trained) then ``params()``, staging device -> host; unflatten stages host -> device.
+    The baseline is the plain pair of copies of the same bytes (with the same casts) into a like host buffer."""
+    import torch
+
+    from fast_torch import TorchModel
+
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for a, b in pairwise(widths):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    module = torch.nn.Sequential(*layers[:-1]).to(device=device, dtype=getattr(torch, dtype))
+    model = TorchModel(module)
+    device_flat = model.groups.flats[0]
+    host = torch.empty(model.layout.size, dtype=torch.float32, pin_memory=device == "cuda")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def flatten() -> np.ndarray:
+        model.new_step()
+        return model.params()
+
+    def plain_copies() -> None:
+        host.copy_(device_flat, non_blocking=device == "cuda")
+        sync()
+        device_flat.copy_(host, non_blocking=device == "cuda")
+        sync()
+
+    def holds(values: np.ndarray) -> np.ndarray:
+        return torch.from_numpy(values).to(getattr(torch, dtype)).float().numpy()
+
+    return Case(model.layout.size, flatten, model.set_params, copy=plain_copies, holds=holds)
 
 
 def jax_case(widths: Sequence[int]) -> Case:
@@ -202,7 +242,7 @@ def keras_case(widths: Sequence[int]) -> Case:
 
 def versions(framework: str) -> str:
     """The versions that matter for ``framework``'s numbers, for the table's footnote."""
-    if framework == "torch":
+    if framework.startswith("torch"):
         import torch
 
         return f"PyTorch {torch.__version__}"
@@ -218,7 +258,15 @@ def versions(framework: str) -> str:
 
 def run_child(framework: str, models: Sequence[str], repeats: int, warmup: int) -> dict[str, Any]:
     """Measure one framework in this process (KERAS_BACKEND already set by the parent)."""
-    build = {"torch": torch_case, "jax": jax_case}.get(framework, keras_case)
+    builders = {
+        "torch": torch_case,
+        "torch:bfloat16": lambda widths: torch_staged_case(widths, "cpu", "bfloat16"),
+        "torch:cuda": lambda widths: torch_staged_case(widths, "cuda", "float32"),
+        "jax": jax_case,
+    }
+    build = builders.get(framework, keras_case)
+    if framework == "torch:cuda" and not __import__("torch").cuda.is_available():
+        return {"versions": "no CUDA device: the CUDA row is left out", "rows": []}
     rows = []
     for name in models:
         case, expected = build(MODELS[name]), mlp_parameters(MODELS[name])
@@ -250,7 +298,12 @@ def spawn(framework: str, args: argparse.Namespace) -> dict[str, Any]:
 def label(framework: str) -> str:
     if framework.startswith("keras:"):
         return f"Keras ({framework.split(':', 1)[1]})"
-    return {"torch": "torch", "jax": "JAX"}[framework]
+    return {
+        "torch": "torch",
+        "torch:bfloat16": "torch, bfloat16 (staged)",
+        "torch:cuda": "torch, CUDA (staged)",
+        "jax": "JAX",
+    }[framework]
 
 
 def ms(seconds: float) -> str:
@@ -300,7 +353,10 @@ def section(rows: Sequence[Row], library_versions: Sequence[str], args: argparse
             "Keras on JAX also waits for the variables' new arrays). The strategies hand back the adapter's own "
             "buffer after mixing into it in place (own buffer); other buffer is a separate array of the same layout, "
             "a real copy in. The baseline is `np.copyto` of the same bytes (float32), timed in the same process, "
-            "interleaved call by call with the adapter's calls. Float32 MLPs with ReLU, layer widths "
+            "interleaved call by call with the adapter's calls; for the staged torch rows (a bfloat16 model on the "
+            "CPU, a float32 model on a CUDA device, both mixed in float32 through host buffers) it is instead the "
+            "plain pair of copies device -> host and host -> device of the same bytes with the same casts, so "
+            "flatten + unflatten (own) against it is what staging adds. Float32 MLPs with ReLU, layer widths "
             f"{shapes}, 4 dense layers (8 tensors) in every framework; each framework (and Keras "
             f"backend) runs in its own process. Medians of {args.repeats} rounds after {args.warmup} warm-up rounds.",
             "",

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 import torch
 from fast_core import checkpoint
 from fast_core.checkpoint import Checkpoint, CheckpointError
 
 from .optim_state import optimizer_arrays, optimizer_state
 from .optimizer import worker_of
+from .staging import as_numpy
 
 _BUFFER = "buffer/"
 
@@ -27,7 +26,7 @@ def save_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
     average of ``optimizer``'s state, the step, strategy and budget spent to ``path`` (rank 0 writes; atomic)."""
     worker = worker_of(model)
     state = optimizer_arrays(optimizer)
-    state.update({f"{_BUFFER}{name}": _numpy(b) for name, b in _buffers(model)})
+    state.update({f"{_BUFFER}{name}": as_numpy(b) for name, b in _buffers(model)})
     groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.state_dict()["param_groups"]]
     checkpoint.save(path, worker, state, extra={"param_groups": _jsonable(groups)})
 
@@ -68,10 +67,6 @@ def _restore_optimizer(optimizer: torch.optim.Optimizer, loaded: Checkpoint, pat
 
 def _buffers(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [(n, b) for n, b in model.named_buffers() if b.dtype.is_floating_point and b.numel()]
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy()
 
 
 def _jsonable(value: object) -> object:

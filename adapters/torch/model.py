@@ -1,7 +1,8 @@
-"""A torch.nn.Module seen through fast_core's adapter contract, with zero-copy parameters on the CPU.
+"""A torch.nn.Module seen through fast_core's adapter contract: zero-copy on the CPU, staged on a device.
 
-At wrap time every trainable parameter is moved into one contiguous tensor and replaced by a view of it, and
-likewise its gradient, so the NumPy buffers fast_core mixes are the model's own storage: no copy per step.
+At wrap time every trainable parameter is moved into one contiguous tensor (one per device and dtype) and replaced
+by a view of it, and likewise its gradient. On the CPU in float32/float64 the NumPy buffers fast_core mixes are the
+model's own storage: no copy per step; elsewhere they are host copies staged by ``fast_torch.staging``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from fast_core.flat import FlatLayout
 
 from .optim_state import optimizer_arrays, optimizer_state
+from .staging import FLOATS, Groups, mixing_dtype
 
 
 def trainable_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
@@ -25,72 +27,96 @@ def trainable_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.n
             yield name, param
 
 
-def _check(named: list[tuple[str, torch.nn.Parameter]]) -> torch.dtype:
+def _check(named: list[tuple[str, torch.nn.Parameter]]) -> None:
     if not named:
         raise ValueError("the model has no parameter that requires grad: there is nothing to train or average")
-    devices = {str(p.device) for _, p in named}
-    if devices != {"cpu"}:
-        name, param = next((n, p) for n, p in named if p.device.type != "cpu")
-        raise ValueError(
-            f"parameter '{name}' is on {param.device}; fast_torch keeps parameters in one CPU buffer shared with "
-            "NumPy, so train on the CPU (model.to('cpu')) — GPU models are not supported yet"
-        )
-    dtypes = {p.dtype for _, p in named}
-    if len(dtypes) > 1:
-        kinds = ", ".join(sorted(str(d) for d in dtypes))
-        raise TypeError(
-            f"parameters have several dtypes ({kinds}); fast_torch keeps them in one buffer, so convert the model "
-            "to one dtype first, e.g. model.float() or model.double()"
-        )
-    dtype = dtypes.pop()
-    if not dtype.is_floating_point or dtype in (torch.float16, torch.bfloat16):
-        raise TypeError(f"parameters are {dtype}; fast_torch supports float32 and float64")
-    return dtype
+    for name, param in named:
+        if param.dtype not in FLOATS:
+            raise TypeError(
+                f"parameter '{name}' is {param.dtype}; fast_torch mixes float16, bfloat16, float32 and float64 "
+                "parameters (freeze the others: requires_grad_(False))"
+            )
+        if param.device.type == "meta":
+            raise ValueError(f"parameter '{name}' is on the meta device: materialise the model (to_empty) first")
 
 
 class TorchModel:
-    """Flat, zero-copy views of a module's trainable parameters and gradients, plus its optimizer."""
+    """Flat views of a module's trainable parameters and gradients, plus its optimizer.
 
-    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+    On the CPU in float32 or float64 the NumPy buffers fast_core mixes are the model's own storage (zero copy).
+    On a GPU (any torch device), in float16/bfloat16, or with several dtypes, the parameters are views of one flat
+    tensor per device and dtype, and fast_core mixes host copies in ``precision`` (float32 unless all parameters
+    are float64), staged only when a strategy reads or writes them (``fast_torch.staging``).
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        precision: str | torch.dtype | None = None,
+    ) -> None:
         named = list(trainable_parameters(module))
-        dtype = _check(named)
+        _check(named)
         self.module = module
         self.optimizer = optimizer
         self.applying = False  # True while apply_gradient runs the optimizer for a neighbour's gradient
-        self.params_list = [p for _, p in named]
-        self.layout = FlatLayout([(n, tuple(p.shape), str(dtype).removeprefix("torch.")) for n, p in named])
-        total = self.layout.size
-        self._flat = torch.empty(total, dtype=dtype)
-        self._flat_grad = torch.zeros(total, dtype=dtype)
-        self._param_views: list[torch.Tensor] = []
-        self._grad_views: list[torch.Tensor] = []
-        with torch.no_grad():
-            for entry, param in zip(self.layout.entries, self.params_list, strict=True):
-                view = self._flat[entry.offset : entry.offset + entry.size].view(entry.shape)
-                view.copy_(param)
-                param.data = view  # the parameter now lives in the flat buffer
-                grad = self._flat_grad[entry.offset : entry.offset + entry.size].view(entry.shape)
-                if param.grad is not None:
-                    grad.copy_(param.grad)
-                param.grad = grad
-                self._param_views.append(view)
-                self._grad_views.append(grad)
-        self._params_np = self._flat.numpy()
-        self._grads_np = self._flat_grad.numpy()
+        params = [p for _, p in named]
+        groups = Groups(params, mixing_dtype(params, precision))
+        self.groups = groups
+        self.params_list = [params[i] for i in groups.order]
+        self._param_views = [groups.param_views[i] for i in groups.order]
+        self._grad_views = [groups.grad_views[i] for i in groups.order]
+        mixing = str(groups.mixing).removeprefix("torch.")
+        self.layout = FlatLayout([(named[i][0], tuple(params[i].shape), mixing) for i in groups.order])
+        self.staged = not groups.zero_copy
+        self._host_params, self._host_grads = groups.host_buffers()
+        self._params_np = self._host_params.numpy()
+        self._grads_np = self._host_grads.numpy()
+        self._params_current = False  # staged only: the host copy holds the device's values
+        self._grads_current = False
+
+    def new_step(self) -> None:
+        """The model may have changed since the host copies were staged (a step, an edit by the user): the next
+        read stages again. DistributedOptimizer calls it around every hook; a no-op for zero-copy models."""
+        self._params_current = self._grads_current = False
 
     # adapter contract -------------------------------------------------------------------------------------------
     def params(self) -> np.ndarray:
         self._check_storage()
+        if self.staged and not self._params_current:
+            self.groups.to_host(self.groups.flats, self._host_params)
+            self._params_current = True
         return self._params_np
 
     def set_params(self, flat: np.ndarray) -> None:
         if flat is not self._params_np:
             np.copyto(self._params_np, flat)
+        if self.staged:
+            self.groups.to_device(self._host_params, self.groups.flats)
+            self._params_current = True
 
     def grads(self) -> np.ndarray:
-        """The gradients as one flat buffer; gradients torch re-allocated (zero_grad(set_to_none=True)) are
-        copied back in and their views restored, so the next step is zero-copy again."""
+        """The gradients as one flat buffer (staged from the device once per hook when not zero-copy)."""
         self._check_storage()
+        if self.staged and self._grads_current:
+            return self._grads_np
+        self._restore_grad_views()
+        if self.staged:
+            self.groups.to_host(self.groups.grad_flats, self._host_grads)
+            self._grads_current = True
+        return self._grads_np
+
+    def set_grads(self, flat: np.ndarray) -> None:
+        self._restore_grad_views()
+        if flat is not self._grads_np:
+            np.copyto(self._grads_np, flat)
+        if self.staged:
+            self.groups.to_device(self._host_grads, self.groups.grad_flats)
+            self._grads_current = True
+
+    def _restore_grad_views(self) -> None:
+        """Gradients torch re-allocated (zero_grad(set_to_none=True)) are copied back into their views and the
+        views restored as ``param.grad``, so the next step writes into the flat buffer again."""
         with torch.no_grad():
             for param, view in zip(self.params_list, self._grad_views, strict=True):
                 grad = param.grad
@@ -100,12 +126,6 @@ class TorchModel:
                     view.copy_(grad)
                 if grad is None or grad.data_ptr() != view.data_ptr():
                     param.grad = view
-        return self._grads_np
-
-    def set_grads(self, flat: np.ndarray) -> None:
-        if flat is not self._grads_np:
-            np.copyto(self._grads_np, flat)
-        self.grads()  # make sure every param.grad is the view again
 
     def apply_gradient(self, flat_grad: np.ndarray) -> None:
         """One step of the user's optimizer with this gradient; FAST's hooks see ``applying`` and stay out."""
@@ -117,6 +137,7 @@ class TorchModel:
             self.optimizer.step()
         finally:
             self.applying = False
+            self._params_current = False  # the step changed the parameters on their device
 
     def reset_optimizer(self) -> None:
         if self.optimizer is not None:

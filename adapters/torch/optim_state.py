@@ -13,6 +13,8 @@ import numpy as np
 
 import torch
 
+from .staging import as_numpy
+
 OPTIM = "optim/"
 _NUMBER = "#number"
 
@@ -23,7 +25,7 @@ def optimizer_arrays(optimizer: torch.optim.Optimizer) -> dict[str, np.ndarray]:
     for index, values in sorted(optimizer.state_dict()["state"].items()):
         for key, value in sorted(values.items()):
             if isinstance(value, torch.Tensor):
-                arrays[f"{OPTIM}{index}/{key}"] = value.detach().cpu().numpy()
+                arrays[f"{OPTIM}{index}/{key}"] = as_numpy(value)
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 arrays[f"{OPTIM}{index}/{key}{_NUMBER}"] = np.asarray(value, dtype=np.float64)
     return arrays

@@ -28,6 +28,7 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     engine: Engine | None = None,
     log_every: int | None = None,
     budget: Budget | None = None,
+    precision: str | torch.dtype | None = None,
 ) -> torch.optim.Optimizer:
     """Hook ``optimizer`` so ``strategy`` runs at every ``optimizer.step()``; returns ``optimizer`` itself.
 
@@ -36,13 +37,15 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     ``fast run --budget-samples/--budget-seconds``'s, else none.
 
     The model's parameters become views of one flat buffer, all ranks start from rank 0's parameters (and
-    buffers), and the optimizer must hold exactly the model's trainable parameters.
+    buffers), and the optimizer must hold exactly the model's trainable parameters. A model on a GPU (any torch
+    device), in float16/bfloat16 or of several dtypes is mixed through host copies in ``precision`` ("float32",
+    the default there, or "float64") and written back in each parameter's own dtype, on its own device.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if model in _WORKERS:
         raise RuntimeError("this model is already wrapped by a DistributedOptimizer")
-    adapter = TorchModel(model, optimizer)
+    adapter = TorchModel(model, optimizer, precision)
     _check_same_parameters(optimizer, adapter)
     worker = Worker(adapter, strategy, engine or default_engine(), log_every=log_every, budget=budget)
     worker.start()
@@ -51,11 +54,19 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
 
     def before(opt, args, kwargs):
         if not adapter.applying:
-            worker.before_step()
+            adapter.new_step()  # backward wrote new gradients on the device
+            try:
+                worker.before_step()
+            finally:
+                adapter.new_step()  # the user may change the model before the step hook
 
     def after(opt, args, kwargs):
         if not adapter.applying:
-            worker.after_step()
+            adapter.new_step()  # the optimizer's step changed the parameters (a read outside a hook is stale)
+            try:
+                worker.after_step()
+            finally:
+                adapter.new_step()  # host copies are not trusted outside a hook: the user may edit the model
 
     def save(opt, state):
         state[_STATE_KEY] = {"step": worker.step, "strategy": repr(worker.strategy)}
