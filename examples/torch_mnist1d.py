@@ -97,8 +97,9 @@ def build_model(task: Task, seed: int = 0) -> torch.nn.Module:
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, data: Split) -> float:
     images, labels = data
+    first = next(model.parameters())
     model.eval()
-    correct = (model(images).argmax(dim=1) == labels).sum().item()
+    correct = (model(images.to(first.device, first.dtype)).argmax(dim=1).cpu() == labels).sum().item()
     model.train()
     return correct / len(labels)
 
@@ -113,19 +114,22 @@ def train(
     verbose: bool = True,
     ddp: bool = False,
     snapshot_every: float = 0.2,
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> float:
     """Train one model with ``strategy`` on every rank (collective); returns the averaged model's test accuracy.
 
     ``epochs``: global epochs, the job's shared budget (ignored when ``fast run`` gives one). ``ddp``:
     DistributedDataParallel averages the gradients instead, FAST's worker only counts steps and reports.
-    ``snapshot_every``: seconds between the parameter snapshots of the consensus curve (under ``fast run`` only)."""
+    ``snapshot_every``: seconds between the parameter snapshots of the consensus curve (under ``fast run`` only).
+    ``device``/``dtype``: where and in what precision the model trains (e.g. "cuda", "bfloat16")."""
     engine = fast.init()
     task, train_set, val_set, test_set = load_data(data, seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
     global_epoch = len(loader) * batch_size * engine.size  # the samples one pass of every rank over its shard trains
     config = environment()
     budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
-    model = build_model(task, seed)
+    model = build_model(task, seed).to(device=device, dtype=getattr(torch, dtype))
     if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT come from the environment (fast run sets them)
         dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
         strategy = Strategy()  # the base Strategy exchanges nothing (and is lockstep: every rank runs the same steps)
@@ -157,7 +161,8 @@ def train(
                 spent = True
                 break
             opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(step_model(images[:n]), labels[:n])
+            images, labels = images[:n].to(device, getattr(torch, dtype)), labels[:n].to(device)
+            loss = torch.nn.functional.cross_entropy(step_model(images).float(), labels)
             loss.backward()
             opt.step()
             total += loss.item()
@@ -213,6 +218,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     parser.add_argument("--ddp", action="store_true", help="train with DistributedDataParallel (gloo) instead")
+    parser.add_argument("--device", default="cpu", help="where the model trains, e.g. cuda or cuda:0 (default cpu)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument(
         "--snapshot-every", type=float, default=0.2, help="seconds between snapshots of the consensus curve (fast run)"
     )
@@ -226,6 +233,8 @@ def main() -> None:
         args.lr,
         ddp=args.ddp,
         snapshot_every=args.snapshot_every,
+        device=args.device,
+        dtype=args.dtype,
     )
 
 
