@@ -46,6 +46,9 @@ FAULT_TOLERANT_VARIABLE = "FAST_FAULT_TOLERANT"
 with ULFM started by ``mpiexec --with-ft ulfm`` (``fast run --fault-tolerant`` sets both)."""
 MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 """Under FAST_FAULT_TOLERANT: how many lost ranks the job replaces with new processes (``fast run --max-restarts``)."""
+RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
+"""0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
+the launcher only."""
 
 DEFAULT_STRATEGY = "allreduce"
 DEFAULT_TIMEOUT = 120.0
@@ -183,6 +186,12 @@ def check_budget(samples: object, seconds: object) -> tuple[int | None, float | 
     ):
         raise ConfigError(f"Budget(seconds={seconds!r}): give finite wall-clock seconds > 0, e.g. Budget(seconds=60)")
     return (None if samples is None else int(samples)), (None if seconds is None else float(seconds))
+
+
+def rank_prefix(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``fast run`` puts each rank's number in front of its lines (FAST_RANK_PREFIX, default yes)."""
+    text = (os.environ if env is None else env).get(RANK_PREFIX_VARIABLE, "").strip()
+    return _flag(text, RANK_PREFIX_VARIABLE) if text else True
 
 
 def environment() -> RunConfig:

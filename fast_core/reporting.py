@@ -80,6 +80,8 @@ class Reporter(Observer):
         if self._progress:
             self._bar = ProgressBar(self._label or worker.strategy.name)
         meta = {"size": worker.size, "strategy": repr(worker.strategy), "host": socket.gethostname()}
+        if worker.budget is not None:  # the job's total, for fast run's bar (a script's --epochs is known only here)
+            meta.update(budget_samples=worker.budget.samples, budget_seconds=worker.budget.seconds)
         self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every, "wall_start": wall})
 
     def on_compute_end(self, worker: Worker) -> None:

@@ -1,6 +1,11 @@
 """The parent of one rank under ``fast run``: ``python guard.py EXITS -- python -m mpi4py ...``, started by MPICH's
 or Open MPI's mpiexec in the rank's place; it says how the rank ended if it ended badly.
 
+With ``--prefix`` (``fast run``'s default, ``--no-rank-prefix`` turns it off) the guard also relays the rank's
+stdout and stderr, each to its own stream, a whole line at a time with ``[r] `` in front, as ``mpiexec
+-prepend-rank`` does but under any launcher: one write per batch of whole lines, so lines of different ranks never
+meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's redraws pass as they come).
+
 When a rank dies, MPICH's mpiexec kills the others at once and prints a PID that is often another rank's (the first
 it stopped), and no rank number; Open MPI's names the rank but not its step, and under ULFM (``--fault-tolerant``)
 the others may go on without it and mpiexec end with status 0. The rank itself cannot report a SIGKILL; its parent
@@ -15,16 +20,72 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 """Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx)."""
+
+
+LINE = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
+"""One whole line with its end: a newline, or a carriage return (a progress bar's redraw)."""
+
+
+def launch_rank() -> str | None:
+    """This process's rank as its MPI launcher tells it, or None outside one."""
+    return next((os.environ[v] for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), None)
+
+
+def relay_lines(source: int, emit: Callable[[bytes], None]) -> None:
+    """Read ``source`` (a file descriptor) to its end and hand ``emit`` whole lines only, a chunk's lines at once; a
+    last line without its end is handed over at the end."""
+    pending = b""
+    while chunk := os.read(source, 65536):
+        pending += chunk
+        cut = 0
+        for match in LINE.finditer(pending):
+            cut = match.end()
+        if cut:
+            emit(pending[:cut])
+            pending = pending[cut:]
+    if pending:
+        emit(pending)
+
+
+def prefixed(prefix: bytes, lines: bytes) -> bytes:
+    """``prefix`` in front of every line of ``lines`` (whole lines, maybe a last one without its end)."""
+    whole = LINE.findall(lines)
+    rest = lines[sum(map(len, whole)) :]
+    return b"".join(prefix + line for line in [*whole, rest] if line)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is out (a pipe may take fewer at once)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _relay(source: int, target: int, prefix: bytes) -> threading.Thread:
+    """A thread copying the rank's ``source`` to our ``target``, ``prefix`` before each line."""
+
+    def emit(lines: bytes) -> None:
+        try:
+            write_all(target, prefixed(prefix, lines))
+        except OSError:  # our reader is gone (mpiexec stopping): the rank's output has nowhere to go
+            pass
+
+    thread = threading.Thread(target=relay_lines, args=(source, emit), daemon=True)
+    thread.start()
+    return thread
 
 
 def _ignore(_signum: int, _frame: object) -> None:
@@ -34,7 +95,7 @@ def _ignore(_signum: int, _frame: object) -> None:
 
 def record(exits: Path, pid: int, status: int) -> None:
     """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place)."""
-    rank = next((os.environ[v] for v in RANK_VARIABLES if os.environ.get(v, "").isdigit()), None)
+    rank = launch_rank()
     if rank is None:
         return
     ended = {
@@ -71,12 +132,21 @@ def end_like(status: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    prefix = len(argv) > 1 and argv[1] == "--prefix"
+    argv = [argv[0], *argv[2:]] if prefix else argv
     if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: guard.py EXITS -- command [args...]")
+        sys.exit("usage: guard.py [--prefix] EXITS -- command [args...]")
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
-    rank = subprocess.Popen(argv[3:], close_fds=False)  # MPI's own descriptors (PMI_FD) must reach the rank
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if prefix else {}
+    rank = subprocess.Popen(argv[3:], close_fds=False, **pipes)  # MPI's own descriptors (PMI_FD) must reach the rank
+    relays = []
+    if prefix:
+        tag = f"[{launch_rank() or '?'}] ".encode()
+        relays = [_relay(rank.stdout.fileno(), 1, tag), _relay(rank.stderr.fileno(), 2, tag)]
     status = rank.wait()
+    for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it
+        relay.join(timeout=2)
     if status != 0:
         try:
             record(Path(argv[1]), rank.pid, status)

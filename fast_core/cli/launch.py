@@ -27,12 +27,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from .common import CLIError, say
+from .guard import relay_lines
 
 INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
 FT_INSTALL_HINT = (
@@ -155,6 +156,8 @@ class Job:
     """Open MPI with ULFM under ``--with-ft ulfm``: the ranks may survive a lost one (see the module's notes)."""
     spawns: bool = False
     """The ranks may start replacement processes (``--max-restarts``): Open MPI must let them oversubscribe."""
+    rank_prefix: bool = False
+    """Each line a rank prints starts with ``[r] `` (its guard relays it: needs ``exits`` and MPICH or Open MPI)."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
@@ -199,7 +202,16 @@ class Job:
                 command.append("--allow-run-as-root")
             if self.fault_tolerant:
                 command += ["--with-ft", "ulfm"]
-        guard = [sys.executable, "-I", str(GUARD), str(self.exits), "--"] if self.exits and kind in GUARDED else []
+        guard = []
+        if self.exits and kind in GUARDED:
+            guard = [
+                sys.executable,
+                "-I",
+                str(GUARD),
+                *(["--prefix"] if self.rank_prefix else []),
+                str(self.exits),
+                "--",
+            ]
         return command + guard + self.target, env
 
 
@@ -294,15 +306,34 @@ def _tee(source: BinaryIO, log: Path, echo: bool) -> threading.Thread:
     return thread
 
 
-def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool = True) -> int:
+Show = Callable[[bytes, BinaryIO], None]
+"""Where ``run_job`` hands the job's output in whole lines: (lines, sys.stdout.buffer or sys.stderr.buffer)."""
+
+
+def _relay(source: BinaryIO, target: BinaryIO, show: Show) -> threading.Thread:
+    """A thread handing ``show`` the job's ``source`` stream in whole lines, for our ``target`` stream."""
+    thread = threading.Thread(
+        target=relay_lines, args=(source.fileno(), lambda lines: show(lines, target)), daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool = True, show: Show | None = None) -> int:
     """Run ``job`` to its end and return its exit status: the worst rank's, or 128 + the signal that stopped it
     (Ctrl-C 130, SIGTERM 143). A fault-tolerant job is stopped here once a rank exits with a nonzero status of its
     own (``job.aborted``), whose status is then returned: MPI_Abort does not stop the others under ULFM.
 
     ``log``: write everything the ranks print (stdout and stderr) to this file, and show it too if ``echo``.
+    ``show``: else, the ranks' stdout and stderr, each kept apart, go through it in whole lines (a progress bar of
+    the launcher's own stays below them).
     """
     command, env = job.command()
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if log is not None else {}
+    pipes = {}
+    if log is not None:
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    elif show is not None:
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     stop = _Stop()
     started: list[subprocess.Popen] = []
 
@@ -327,7 +358,11 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
     started.append(proc)
     if stop.signal:  # asked to stop while starting
         proc.send_signal(stop.signal)
-    copier = _tee(proc.stdout, log, echo) if log is not None else None
+    copiers = []
+    if log is not None:
+        copiers = [_tee(proc.stdout, log, echo)]
+    elif show is not None:
+        copiers = [_relay(proc.stdout, sys.stdout.buffer, show), _relay(proc.stderr, sys.stderr.buffer, show)]
     look = time.monotonic()
     try:
         while proc.poll() is None:
@@ -346,7 +381,7 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
             signal.signal(sig, handler)
         if stop.signal or job.aborted is not None:  # whatever mpiexec left behind
             kill_all(stop.seen)
-        if copier is not None:
+        for copier in copiers:
             copier.join(timeout=5)
     job.stopped_by = stop.signal
     if stop.signal:  # the shell's convention, whatever the ranks returned as they stopped: 130 Ctrl-C, 143 SIGTERM

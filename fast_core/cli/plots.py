@@ -5,6 +5,7 @@ loss where an example records none per step) against steps and against seconds s
 accuracy.png: validation accuracy of the consensus (averaged) model against seconds since the common start, from
 the example's "consensus" records (a run without them: rank 0's own replica at its epoch ends, dashed and named so
 in the legend), and each run's job samples/s (all ranks' samples over the job wall-clock), as in the table.
+`fast run`'s curves.png: one run's loss and accuracy against seconds, the same curves (``curves``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,70 @@ def smooth(values: list[float], window: int = 5) -> list[float]:
     return [(sums[i + 1] - sums[max(0, i + 1 - window)]) / min(i + 1, window) for i in range(len(values))]
 
 
+def draw_loss(by_step, by_time, ranks: Records, label: str, colour: str) -> None:
+    """Rank 0's training loss (running mean) against steps on ``by_step`` (if given) and seconds on ``by_time``."""
+    steps, seconds, loss = _series(ranks.get(0, []), "step", "loss")
+    if steps:
+        loss = smooth(loss)
+    else:  # the example records no per-step loss (a Keras callback cannot see it cheaply): its epochs' loss
+        steps, seconds, loss = _series(ranks.get(0, []), "epoch", "loss")
+    if by_step is not None:
+        by_step.plot(steps, loss, label=label, color=colour, linewidth=1.4)
+    by_time.plot(seconds, loss, label=label, color=colour, linewidth=1.4)
+    by_time.set_xlabel("seconds since the common start")
+    for ax in (by_step, by_time):
+        if ax is not None:
+            ax.set_ylabel("training loss (rank 0, running mean)")
+            ax.grid(True, alpha=0.3)
+
+
+def draw_accuracy(ax, ranks: Records, label: str, colour: str) -> str:
+    """The validation accuracy curve of one run (``accuracy_curve``) against seconds; returns the model it is of."""
+    curve, model = accuracy_curve(ranks)
+    consensus = model == CONSENSUS
+    ax.plot(
+        [r["time"] for r in curve],
+        [r["val_accuracy"] for r in curve],
+        marker="o",
+        markersize=3,
+        label=label if consensus else f"{label} (rank 0's replica)",
+        color=colour,
+        linewidth=1.4,
+        linestyle="-" if consensus else "--",
+    )
+    return model
+
+
+def label_accuracy(ax, models: set[str]) -> None:
+    """Axis labels saying which model the accuracy curves are of."""
+    ax.set_xlabel("seconds since the common start")
+    ax.set_ylabel(
+        "val. accuracy, consensus model" + ("" if models == {CONSENSUS} else " (dashed: rank 0's replica)")
+        if CONSENSUS in models
+        else "val. accuracy of rank 0's replica (no consensus records)"
+    )
+    ax.grid(True, alpha=0.3)
+
+
+def curves(ranks: Records, out: Path, title: str) -> Path:
+    """``fast run``'s figure, curves.png in the run folder ``out``: the loss and the validation accuracy against
+    seconds since the common start (either panel empty when the script recorded no such numbers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss, accuracy) = plt.subplots(1, 2, figsize=(11, 4))
+    draw_loss(None, loss, ranks, title, "C0")
+    label_accuracy(accuracy, {draw_accuracy(accuracy, ranks, title, "C0")})
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = out / "curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -> list[Path]:
     """Write loss.png and accuracy.png into ``out``; returns their paths."""
     import matplotlib
@@ -42,19 +107,10 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
 
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
     for label, ranks in runs.items():
-        steps, seconds, loss = _series(ranks.get(0, []), "step", "loss")
-        if steps:
-            loss = smooth(loss)
-        else:  # the example records no per-step loss (a Keras callback cannot see it cheaply): its epochs' loss
-            steps, seconds, loss = _series(ranks.get(0, []), "epoch", "loss")
-        by_step.plot(steps, loss, label=label, color=colours[label], linewidth=1.4)
-        by_time.plot(seconds, loss, label=label, color=colours[label], linewidth=1.4)
+        draw_loss(by_step, by_time, ranks, label, colours[label])
     by_step.set_xlabel("step")
-    by_time.set_xlabel("seconds since the common start")
     for ax in (by_step, by_time):
-        ax.set_ylabel("training loss (rank 0, running mean)")
         ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
     by_time.legend(title="strategy")
     fig.suptitle(title)
     fig.tight_layout()
@@ -63,28 +119,8 @@ def plot(runs: dict[str, Records], rows: Sequence[Row], out: Path, title: str) -
     plt.close(fig)
 
     fig, (accuracy, speed) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
-    models = set()
-    for label, ranks in runs.items():
-        curve, model = accuracy_curve(ranks)
-        seconds, values, consensus = [r["time"] for r in curve], [r["val_accuracy"] for r in curve], model == CONSENSUS
-        models.add(model)
-        accuracy.plot(
-            seconds,
-            values,
-            marker="o",
-            markersize=3,
-            label=label if consensus else f"{label} (rank 0's replica)",
-            color=colours[label],
-            linewidth=1.4,
-            linestyle="-" if consensus else "--",
-        )
-    accuracy.set_xlabel("seconds since the common start")
-    accuracy.set_ylabel(
-        "val. accuracy, consensus model" + ("" if models == {CONSENSUS} else " (dashed: rank 0's replica)")
-        if CONSENSUS in models
-        else "val. accuracy of rank 0's replica (no consensus records)"
-    )
-    accuracy.grid(True, alpha=0.3)
+    models = {draw_accuracy(accuracy, ranks, label, colours[label]) for label, ranks in runs.items()}
+    label_accuracy(accuracy, models)
     accuracy.legend(title="strategy", loc="lower right")
     measured = [r for r in rows if r.job_samples_per_second is not None]
     speed.barh(

@@ -17,10 +17,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import RunConfig, environment
+from ..config import RunConfig, environment, rank_prefix
 from ..runlog import RUN_FILE, read_run
+from . import plots
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
+from .job_bar import JobBar
 from .launch import Job, bad_exits, first_exit, python_target, run_job
+from .summary import summarize
 
 EXITS = "exits"
 """The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
@@ -104,8 +107,21 @@ def add_parser(subparsers) -> None:
         "the survivors' model, step and optimizer state and the lost rank's place (FAST_MAX_RESTARTS)",
     )
     progress = parser.add_mutually_exclusive_group()
-    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a bar")
+    progress.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="always show the job's bar (samples of all ranks, rate, ETA); default: when stderr is a terminal",
+    )
     progress.add_argument("--no-progress", dest="progress", action="store_false", help="never show a bar")
+    parser.add_argument(
+        "--no-rank-prefix",
+        dest="rank_prefix",
+        action="store_false",
+        default=None,
+        help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
+    )
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -189,8 +205,8 @@ def main(args: argparse.Namespace) -> int:
     strategy = args.strategy or environment().strategy
     label = strategy or "default"
     run_dir = args.run_dir or new_run_dir(label)
-    progress = sys.stdout.isatty() if args.progress is None else args.progress
-    config = run_config(args, strategy=strategy, run_dir=run_dir, progress=progress, label=label)
+    bar = sys.stderr.isatty() if args.progress is None else args.progress
+    config = run_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
     shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
     job = Job(
@@ -202,12 +218,14 @@ def main(args: argparse.Namespace) -> int:
         exits=exits,
         fault_tolerant=config.fault_tolerant,
         spawns=config.max_restarts > 0,
+        rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
     straggling = straggler_text(config)
     tolerant = ", fault-tolerant (Open MPI with ULFM)" if config.fault_tolerant else ""
-    say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}{tolerant}; records in {run_dir}")
+    say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}{tolerant}")
+    say(f"run folder: {run_dir}")
     write_run_file(
         run_dir,
         **started(args),
@@ -219,14 +237,43 @@ def main(args: argparse.Namespace) -> int:
         fault_tolerant=config.fault_tolerant,
     )
     began = time.monotonic()
-    status = run_job(job, grace=args.grace)
+    shown = JobBar(run_dir, args.workers, label) if bar else None
+    try:
+        status = run_job(job, grace=args.grace, show=shown.show if shown else None)
+    finally:
+        if shown is not None:
+            shown.close()
     status, ending, lines = job_ending(status, job, run_dir)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
+    for line in job_figures(run_dir, label):
+        say(line)
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
+    else:
+        say(f"run folder: {run_dir}")
     return status
+
+
+def job_figures(run_dir: Path, label: str) -> list[str]:
+    """The job's rate (all ranks' samples over the job wall-clock, as ``fast bench`` counts it) and curves.png in
+    the run folder, from the ranks' records; what could not be made is said, never in the job's way."""
+    ranks = read_run(run_dir)
+    if not ranks:
+        return []
+    row = summarize(label, "", ranks, target=1.0)
+    lines = []
+    if row.job_samples_per_second is not None:
+        lines.append(
+            f"job: {row.job_samples:.0f} samples in {row.job_seconds:.2f} s wall-clock, "
+            f"{row.job_samples_per_second:.1f} samples/s (all ranks)"
+        )
+    try:
+        lines.append(f"loss and accuracy against time: {plots.curves(ranks, run_dir, label)}")
+    except (ImportError, OSError, ValueError) as exc:
+        lines.append(f"no curves.png: {exc}")
+    return lines
 
 
 def _process_records(records: list[dict], pid: int | None) -> list[dict]:
