@@ -48,18 +48,32 @@ class RunLog:
         self._file.flush()
 
 
-def read_run(run_dir: Path) -> dict[int, list[dict[str, Any]]]:
-    """Every rank's records, in the order written; a line cut short by a killed rank is skipped."""
-    ranks: dict[int, list[dict[str, Any]]] = {}
-    for path in sorted(Path(run_dir).glob("rank*.jsonl")):
+def _rank_files(run_dir: Path) -> dict[int, Path]:
+    """The ranks' record files in ``run_dir``, by rank."""
+    found = {}
+    for path in Path(run_dir).glob("rank*.jsonl"):
         suffix = path.stem[len("rank") :]
-        if not suffix.isdigit():
-            continue
+        if suffix.isdigit():
+            found[int(suffix)] = path
+    return found
+
+
+def run_sizes(run_dir: Path) -> dict[int, int]:
+    """Bytes in each rank's file now: a launch into a reused run folder reads its own records after them."""
+    return {rank: path.stat().st_size for rank, path in _rank_files(run_dir).items()}
+
+
+def read_run(run_dir: Path, after: Mapping[int, int] | None = None) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's records, in the order written (``after``: each rank file's bytes to pass over, ``run_sizes``
+    before a launch); a line cut short by a killed rank is skipped."""
+    ranks: dict[int, list[dict[str, Any]]] = {}
+    for rank, path in sorted(_rank_files(run_dir).items()):
+        text = path.read_bytes()[(after or {}).get(rank, 0) :].decode("utf-8", errors="replace")
         records = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in text.splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-        ranks[int(suffix)] = records
+        ranks[rank] = records
     return dict(sorted(ranks.items()))

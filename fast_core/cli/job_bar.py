@@ -25,9 +25,9 @@ class RankSamples:
     """One rank's records file read as it grows: the samples its processes trained (a replacement started by
     ``--max-restarts`` writes its own "start" record and counts from 0 again)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
-        self._offset = path.stat().st_size if path.exists() else 0  # a reused run folder's earlier runs are not ours
+        self._offset = offset  # a reused run folder's earlier runs are not this one
         self._earlier = 0.0  # the samples of processes that wrote this file before the current one
         self._current = 0.0
         self.start: dict | None = None
@@ -61,10 +61,11 @@ class RankSamples:
 class JobBar:
     """A tqdm bar on stderr, fed from the run folder by a thread every ``POLL_SECONDS`` until ``close``."""
 
-    def __init__(self, run_dir: Path, workers: int, label: str) -> None:
+    def __init__(self, run_dir: Path, workers: int, label: str, after: dict[int, int]) -> None:
+        """``after``: each rank file's bytes before this launch (``runlog.run_sizes``)."""
         from tqdm import tqdm
 
-        self._ranks = [RankSamples(rank_file(run_dir, rank)) for rank in range(workers)]
+        self._ranks = [RankSamples(rank_file(run_dir, rank), after.get(rank, 0)) for rank in range(workers)]
         self._bar = tqdm(
             desc="job" if label == "default" else label,
             unit=" samples",

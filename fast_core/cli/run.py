@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import RunConfig, environment, rank_prefix
-from ..runlog import RUN_FILE, read_run
+from ..runlog import RUN_FILE, read_run, run_sizes
 from . import plots
 from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
 from .job_bar import JobBar
@@ -237,7 +237,8 @@ def main(args: argparse.Namespace) -> int:
         fault_tolerant=config.fault_tolerant,
     )
     began = time.monotonic()
-    shown = JobBar(run_dir, args.workers, label) if bar else None
+    before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
+    shown = JobBar(run_dir, args.workers, label, before) if bar else None
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
     finally:
@@ -247,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
-    for line in job_figures(run_dir, label):
+    for line in job_figures(run_dir, label, before):
         say(line)
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
@@ -256,10 +257,11 @@ def main(args: argparse.Namespace) -> int:
     return status
 
 
-def job_figures(run_dir: Path, label: str) -> list[str]:
+def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
     """The job's rate (all ranks' samples over the job wall-clock, as ``fast bench`` counts it) and curves.png in
-    the run folder, from the ranks' records; what could not be made is said, never in the job's way."""
-    ranks = read_run(run_dir)
+    the run folder, from the ranks' records of this launch (after ``before``, each rank file's bytes at the start);
+    what could not be made is said, never in the job's way."""
+    ranks = read_run(run_dir, before)
     if not ranks:
         return []
     row = summarize(label, "", ranks, target=1.0)
