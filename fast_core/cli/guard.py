@@ -1,10 +1,11 @@
 """The parent of one rank under ``fast run``: ``python guard.py EXITS -- python -m mpi4py ...``, started by MPICH's
 or Open MPI's mpiexec in the rank's place; it says how the rank ended if it ended badly.
 
-With ``--prefix`` (``fast run``'s default, ``--no-rank-prefix`` turns it off) the guard also relays the rank's
-stdout and stderr, each to its own stream, a whole line at a time with ``[r] `` in front, as ``mpiexec
--prepend-rank`` does but under any launcher: one write per batch of whole lines, so lines of different ranks never
-meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's redraws pass as they come).
+With ``--lines=prefixed`` (``fast run``'s default) the guard also relays the rank's stdout and stderr, each to its
+own stream, in whole lines with ``[r] `` in front, as ``mpiexec -prepend-rank`` does but under MPICH and Open MPI
+alike; ``--lines=whole`` (``fast run --no-rank-prefix``) relays them without it. One write per batch of whole
+lines, so lines of different ranks never meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's
+redraws pass as they come).
 
 When a rank dies, MPICH's mpiexec kills the others at once and prints a PID that is often another rank's (the first
 it stopped), and no rank number; Open MPI's names the rank but not its step, and under ULFM (``--fault-tolerant``)
@@ -131,18 +132,22 @@ def end_like(status: int) -> None:
     sys.exit(128 + signum)  # a signal whose default is to go on (e.g. SIGCHLD) ends the guard anyway
 
 
+LINES_OPTIONS = {"--lines=prefixed": True, "--lines=whole": False}
+"""The guard's first argument when it relays the rank's output in whole lines: with ``[r] `` in front or not."""
+
+
 def main(argv: list[str]) -> None:
-    prefix = len(argv) > 1 and argv[1] == "--prefix"
-    argv = [argv[0], *argv[2:]] if prefix else argv
+    prefix = LINES_OPTIONS.get(argv[1]) if len(argv) > 1 else None
+    argv = argv if prefix is None else [argv[0], *argv[2:]]
     if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: guard.py [--prefix] EXITS -- command [args...]")
+        sys.exit("usage: guard.py [--lines=prefixed|--lines=whole] EXITS -- command [args...]")
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if prefix else {}
+    pipes = {} if prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     rank = subprocess.Popen(argv[3:], close_fds=False, **pipes)  # MPI's own descriptors (PMI_FD) must reach the rank
     relays = []
-    if prefix:
-        tag = f"[{launch_rank() or '?'}] ".encode()
+    if prefix is not None:
+        tag = f"[{launch_rank() or '?'}] ".encode() if prefix else b""
         relays = [_relay(rank.stdout.fileno(), 1, tag), _relay(rank.stderr.fileno(), 2, tag)]
     status = rank.wait()
     for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it

@@ -107,4 +107,5 @@ class JobBar:
         self._stop.set()
         self._thread.join(timeout=5)
         self.update()
+        self._bar.refresh()  # drawn once at its end, however short the job (then cleared: the rate line follows)
         self._bar.close()

@@ -156,8 +156,9 @@ class Job:
     """Open MPI with ULFM under ``--with-ft ulfm``: the ranks may survive a lost one (see the module's notes)."""
     spawns: bool = False
     """The ranks may start replacement processes (``--max-restarts``): Open MPI must let them oversubscribe."""
-    rank_prefix: bool = False
-    """Each line a rank prints starts with ``[r] `` (its guard relays it: needs ``exits`` and MPICH or Open MPI)."""
+    rank_prefix: bool | None = None
+    """Under the guard (``exits``, MPICH or Open MPI): True, each rank's output comes in whole lines with ``[r] ``
+    in front; False, in whole lines as printed; None, as the rank writes it (the guard does not relay it)."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
@@ -204,14 +205,8 @@ class Job:
                 command += ["--with-ft", "ulfm"]
         guard = []
         if self.exits and kind in GUARDED:
-            guard = [
-                sys.executable,
-                "-I",
-                str(GUARD),
-                *(["--prefix"] if self.rank_prefix else []),
-                str(self.exits),
-                "--",
-            ]
+            lines = [] if self.rank_prefix is None else ["--lines=prefixed" if self.rank_prefix else "--lines=whole"]
+            guard = [sys.executable, "-I", str(GUARD), *lines, str(self.exits), "--"]
         return command + guard + self.target, env
 
 

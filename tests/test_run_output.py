@@ -1,0 +1,102 @@
+"""What `fast run` shows: each rank's lines whole with ``[r] `` in front (stdout and stderr kept apart), the job's
+bar (all ranks' samples over the budget, rate, ETA), the run folder at start and end, the job's rate and curves.png.
+Real launches under mpiexec."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fast_cli import fast
+
+from fast_core.cli.guard import prefixed
+from fast_core.cli.summary import job_wall_clock, last
+from fast_core.config import rank_prefix
+from fast_core.errors import ConfigError
+from fast_core.runlog import read_run
+
+LINES = 30
+"""Lines each rank of the chatty script prints; each is written in two pieces with a pause between."""
+
+CHATTY = f"""
+import sys, time
+from mpi4py import MPI
+
+rank = MPI.COMM_WORLD.Get_rank()
+for epoch in range({LINES}):
+    sys.stdout.write(f"Loss: {{rank}}.{{epoch}}")  # half a line, as print(..., end="") writes it
+    sys.stdout.flush()
+    time.sleep(0.002)
+    sys.stdout.write(f" Train Epoch: {{epoch}}\\n")
+    sys.stdout.flush()
+print(f"rank {{rank}} to stderr", file=sys.stderr)
+"""
+
+
+def chatty(tmp_path: Path) -> str:
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    return str(script)
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_every_line_of_every_rank_comes_whole_with_its_rank_in_front(tmp_path: Path, workers: int) -> None:
+    done = fast("run", "-n", str(workers), "--no-progress", "--run-dir", str(tmp_path / "run"), chatty(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen: dict[int, list[int]] = {rank: [] for rank in range(workers)}
+    for line in done.stdout.splitlines():
+        match = re.fullmatch(r"\[(\d+)\] Loss: (\d+)\.(\d+) Train Epoch: (\d+)", line)
+        assert match, f"a line not whole or without its rank: {line!r}\n{done.stdout}"
+        prefix, rank, epoch, again = map(int, match.groups())
+        assert prefix == rank and epoch == again, line  # the rank in front is the one that printed it
+        seen[rank].append(epoch)
+    assert seen == {rank: list(range(LINES)) for rank in range(workers)}  # every line, in order, once
+    errors = [line for line in done.stderr.splitlines() if "to stderr" in line]
+    assert sorted(errors) == [f"[{rank}] rank {rank} to stderr" for rank in range(workers)]  # stderr kept apart
+
+
+def test_no_rank_prefix_shows_the_lines_as_printed_and_whole(tmp_path: Path) -> None:
+    command = ["run", "-n", "2", "--no-progress", "--no-rank-prefix", "--run-dir", str(tmp_path / "run")]
+    done = fast(*command, chatty(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert all(re.fullmatch(r"Loss: (\d)\.(\d+) Train Epoch: \2", line) for line in lines), done.stdout
+    assert sorted(lines) == sorted(f"Loss: {r}.{e} Train Epoch: {e}" for r in range(2) for e in range(LINES))
+
+
+def test_rank_prefix_variable() -> None:
+    assert rank_prefix({}) and rank_prefix({"FAST_RANK_PREFIX": "1"})
+    assert not rank_prefix({"FAST_RANK_PREFIX": "0"}) and not rank_prefix({"FAST_RANK_PREFIX": "no"})
+    with pytest.raises(ConfigError, match="FAST_RANK_PREFIX='maybe'"):
+        rank_prefix({"FAST_RANK_PREFIX": "maybe"})
+
+
+def test_prefix_goes_before_every_line_and_a_bars_redraws() -> None:
+    assert prefixed(b"[3] ", b"a\nb\r\nbar 1\rbar 2\rtail") == b"[3] a\n[3] b\r\n[3] bar 1\r[3] bar 2\r[3] tail"
+
+
+def test_run_shows_the_folder_the_bar_the_rate_and_writes_curves(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    command = ["run", "-n", "2", "--progress", "--strategy", "dpsgd:ring", "--run-dir", str(run_dir)]
+    done = fast(*command, "-m", "fast_examples.numpy_digits", "--epochs", "4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.count(f"fast: run folder: {run_dir}\n") == 2  # at the start and at the end
+    assert all(line.startswith("[0] ") for line in done.stdout.splitlines()), done.stdout  # rank 0 prints
+
+    ranks = read_run(run_dir)
+    total = ranks[0][0]["budget_samples"]  # the script's --epochs, as its Budget: 4 global epochs
+    samples = sum(last(records, "close")["samples"] for records in ranks.values())
+    assert samples == total
+    drawn = re.findall(rf"dpsgd:ring: +\d+%\|[^|]*\| (\d+)/{total} \[(\d\d:\d\d)<(\d\d:\d\d), ", done.stderr)
+    assert drawn and int(drawn[-1][0]) == total, done.stderr  # samples of all ranks over the total, elapsed<ETA
+
+    rate = re.search(r"fast: job: (\d+) samples in ([\d.]+) s wall-clock, ([\d.]+) samples/s", done.stderr)
+    assert rate, done.stderr
+    seconds = job_wall_clock(ranks)
+    assert int(rate[1]) == samples and float(rate[2]) == pytest.approx(seconds, abs=0.006)
+    assert float(rate[3]) == pytest.approx(samples / seconds, rel=0.01)
+
+    curves = run_dir / "curves.png"
+    assert f"fast: loss and accuracy against time: {curves}" in done.stderr
+    assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
