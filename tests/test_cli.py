@@ -120,8 +120,10 @@ def test_run_a_script_with_topology_and_a_straggler_that_is_slower_by_its_factor
     assert done.returncode == 0, done.stderr
     assert "rank 0: AsyncAveraging(topology='ring'" in done.stdout  # the topology reached the strategy
     assert "rank 1 4x slower" in done.stderr
-    for rank in (0, 1):  # --verbose: every rank prints its records
-        assert re.search(rf"^rank {rank} step 20 at [0-9.]+ s, close record: .*samples 160", done.stderr, re.M)
+    for rank in (0, 1):  # --verbose: every rank prints its records (on stderr, with its rank in front)
+        assert re.search(
+            rf"^\[{rank}\] rank {rank} step 20 at [0-9.]+ s, close record: .*samples 160", done.stderr, re.M
+        )
     # both ranks compute >= 10 ms per step; rank 1 (the last) also sleeps 3 x the wall time of its compute
     sleeps = {
         int(r): (float(s), float(c)) for r, s, c in re.findall(r"rank (\d) slept (\S+) computed (\S+)", done.stdout)
