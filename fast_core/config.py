@@ -10,6 +10,7 @@ FAST but its errors, so every layer may read it.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import os
@@ -49,6 +50,9 @@ MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
 """0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
 the launcher only."""
+GUARD_VARIABLE = "FAST_GUARD"
+"""Set by ``fast run``'s guard (fast_core/cli/guard.py) for the rank below it: the guard's command line up to
+``--``, as a JSON list, so that a replacement process is started below a guard of its own."""
 
 DEFAULT_STRATEGY = "allreduce"
 DEFAULT_TIMEOUT = 120.0
@@ -192,6 +196,20 @@ def rank_prefix(env: Mapping[str, str] | None = None) -> bool:
     """Whether ``fast run`` puts each rank's number in front of its lines (FAST_RANK_PREFIX, default yes)."""
     text = (os.environ if env is None else env).get(RANK_PREFIX_VARIABLE, "").strip()
     return _flag(text, RANK_PREFIX_VARIABLE) if text else True
+
+
+def guard_command(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """The command line of the guard this rank runs below (FAST_GUARD), or None when it runs below none."""
+    text = (os.environ if env is None else env).get(GUARD_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        command = json.loads(text)
+    except ValueError:
+        command = None
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+        raise ConfigError(f"{GUARD_VARIABLE}={text!r}: fast run's guard sets it to a JSON list; unset it")
+    return command
 
 
 def environment() -> RunConfig:

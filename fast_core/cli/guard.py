@@ -5,7 +5,10 @@ With ``--lines=prefixed`` (``fast run``'s default) the guard also relays the ran
 own stream, in whole lines with ``[r] `` in front, as ``mpiexec -prepend-rank`` does but under MPICH and Open MPI
 alike; ``--lines=whole`` (``fast run --no-rank-prefix``) relays them without it. One write per batch of whole
 lines, so lines of different ranks never meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's
-redraws pass as they come).
+redraws pass as they come). The guard tells the rank how it was started (``FAST_GUARD``, its own command line up
+to ``--``), so that a replacement the survivors spawn (``--max-restarts``) runs under a guard too, given the rank
+it takes over with ``--rank=R``: its lines carry that rank, and a bad ending of its own is recorded beside the lost
+process's (``EXITS/rank<r>.<pid>.json``).
 
 When a rank dies, MPICH's mpiexec kills the others at once and prints a PID that is often another rank's (the first
 it stopped), and no rank number; Open MPI's names the rank but not its step, and under ULFM (``--fault-tolerant``)
@@ -94,9 +97,10 @@ def _ignore(_signum: int, _frame: object) -> None:
     to see how it ends. (A handler, not SIG_IGN: a handled signal is reset to default in the rank at exec.)"""
 
 
-def record(exits: Path, pid: int, status: int) -> None:
-    """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place)."""
-    rank = launch_rank()
+def record(exits: Path, pid: int, status: int, given: str | None = None) -> None:
+    """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place).
+    ``given``: the rank a replacement took over (``--max-restarts``), recorded beside the lost process's ending."""
+    rank = given or launch_rank()
     if rank is None:
         return
     ended = {
@@ -110,7 +114,7 @@ def record(exits: Path, pid: int, status: int) -> None:
     exits.mkdir(parents=True, exist_ok=True)
     partial = exits / f".rank{rank}.json.{os.getpid()}"
     partial.write_text(json.dumps(ended) + "\n")
-    partial.replace(exits / f"rank{rank}.json")
+    partial.replace(exits / (f"rank{rank}.json" if given is None else f"rank{rank}.{pid}.json"))
 
 
 def _name(signum: int) -> str:
@@ -133,28 +137,46 @@ def end_like(status: int) -> None:
 
 
 LINES_OPTIONS = {"--lines=prefixed": True, "--lines=whole": False}
-"""The guard's first argument when it relays the rank's output in whole lines: with ``[r] `` in front or not."""
+"""The guard's option when it relays the rank's output in whole lines: with ``[r] `` in front or not."""
+USAGE = "usage: guard.py [--lines=prefixed|--lines=whole] [--rank=R] EXITS -- command [args...]"
+
+
+def parse(argv: list[str]) -> tuple[bool | None, str | None, Path, list[str]]:
+    """(relay in lines: with the prefix, without, or not at all; the rank given with ``--rank``, else None; EXITS;
+    the rank's command line)."""
+    prefix, rank, args = None, None, argv[1:]
+    while args and args[0].startswith("--") and args[0] != "--":
+        option = args.pop(0)
+        if option in LINES_OPTIONS:
+            prefix = LINES_OPTIONS[option]
+        elif option.startswith("--rank=") and option[len("--rank=") :].isdigit():
+            rank = option[len("--rank=") :]
+        else:
+            sys.exit(f"guard.py: unknown option {option}; {USAGE}")
+    if len(args) < 3 or args[1] != "--":
+        sys.exit(USAGE)
+    return prefix, rank, Path(args[0]), args[2:]
 
 
 def main(argv: list[str]) -> None:
-    prefix = LINES_OPTIONS.get(argv[1]) if len(argv) > 1 else None
-    argv = argv if prefix is None else [argv[0], *argv[2:]]
-    if len(argv) < 4 or argv[2] != "--":
-        sys.exit("usage: guard.py [--lines=prefixed|--lines=whole] EXITS -- command [args...]")
+    prefix, given_rank, exits, command = parse(argv)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
     pipes = {} if prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    rank = subprocess.Popen(argv[3:], close_fds=False, **pipes)  # MPI's own descriptors (PMI_FD) must reach the rank
+    itself = [sys.executable, "-I", str(Path(__file__).resolve()), *argv[1 : argv.index("--") + 1]]
+    env = dict(os.environ, FAST_GUARD=json.dumps([a for a in itself if not a.startswith("--rank=")]))
+    # MPI's own descriptors (PMI_FD) must reach the rank
+    rank = subprocess.Popen(command, close_fds=False, env=env, **pipes)
     relays = []
     if prefix is not None:
-        tag = f"[{launch_rank() or '?'}] ".encode() if prefix else b""
+        tag = f"[{given_rank or launch_rank() or '?'}] ".encode() if prefix else b""
         relays = [_relay(rank.stdout.fileno(), 1, tag), _relay(rank.stderr.fileno(), 2, tag)]
     status = rank.wait()
     for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it
         relay.join(timeout=2)
     if status != 0:
         try:
-            record(Path(argv[1]), rank.pid, status)
+            record(exits, rank.pid, status, given_rank)
         except OSError as exc:  # never in the way of the ending itself
             print(f"fast: could not record how rank ended: {exc}", file=sys.stderr)
     end_like(status)

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from ..config import guard_command
 from ..errors import FastError, PeerLost, PeerTimeout
 from .mpi import MPIEngine, _error_text, _mpi
 
@@ -111,8 +112,11 @@ class FaultTolerantMPIEngine(MPIEngine):
     # failures ------------------------------------------------------------------------------------------------
     def _failure(self, exc: Exception, text: str) -> Exception:
         MPI = self._MPI
-        lost_classes = {MPI.ERR_PROC_FAILED, getattr(MPI, "ERR_PROC_FAILED_PENDING", MPI.ERR_PROC_FAILED),
-                        MPI.ERR_REVOKED}
+        lost_classes = {
+            MPI.ERR_PROC_FAILED,
+            getattr(MPI, "ERR_PROC_FAILED_PENDING", MPI.ERR_PROC_FAILED),
+            MPI.ERR_REVOKED,
+        }
         if exc.Get_error_class() not in lost_classes:
             return super()._failure(exc, text)
         if exc.Get_error_class() == MPI.ERR_REVOKED:  # not a sign that this call's peer died
@@ -201,10 +205,16 @@ class FaultTolerantMPIEngine(MPIEngine):
             return ()
         info = MPI.Info.Create()
         info.Set("wdir", os.getcwd())
-        command = sys.orig_argv
+        commands = replacement_commands(replacing)
         try:
             inter = _in_time(
-                lambda: self.comm.Spawn(command[0], args=command[1:], maxprocs=len(replacing), root=0, info=info),
+                lambda: self.comm.Spawn_multiple(
+                    [c[0] for c in commands],
+                    args=[c[1:] for c in commands],
+                    maxprocs=[1] * len(commands),
+                    info=[info] * len(commands),
+                    root=0,
+                ),
                 self.timeout + SHRINK_GRACE,
                 f"rank {self.rank}: starting {len(replacing)} replacement(s)",
             )
@@ -225,6 +235,15 @@ class FaultTolerantMPIEngine(MPIEngine):
         self._kind_comms = None
         self._collectives = 0
         return replacing
+
+
+def replacement_commands(replacing: tuple[int, ...]) -> list[list[str]]:
+    """The command line of each new process, in ``replacing``'s order: this one's (``sys.orig_argv``), below a guard
+    of its own told the rank it takes over when this one runs below ``fast run``'s guard (``guard_command``)."""
+    guard = guard_command()
+    if guard is None:
+        return [list(sys.orig_argv) for _ in replacing]
+    return [[*guard[:3], f"--rank={number}", *guard[3:], *sys.orig_argv] for number in replacing]
 
 
 def _renumber(MPI, merged, header: np.ndarray | None) -> tuple[object, tuple[int, ...]]:
