@@ -365,7 +365,8 @@ def _launch(tmp_path: Path, case: str) -> tuple[subprocess.CompletedProcess, dic
 def test_a_rank_killed_under_fast_run_fault_tolerant_is_survived_and_named(tmp_path: Path) -> None:
     done, run = _launch(tmp_path, "one")
     assert done.returncode == 0, done.stderr
-    assert sorted(re.findall(r"survivor (\d): 3 ranks, sum 3", done.stdout)) == ["0", "1", "3"], done.stdout
+    survivors = re.findall(r"^\[(\d)\] survivor (\d): 3 ranks, sum 3$", done.stdout, re.M)  # their rank in front
+    assert sorted(survivors) == [("0", "0"), ("1", "1"), ("3", "3")], done.stdout
     assert re.search(
         r"rank 2 \(pid \d+, host \S+\) was killed by SIGKILL at step 7 .*; the 3 other ranks went on without it",
         done.stderr,

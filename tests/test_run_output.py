@@ -4,15 +4,22 @@ Real launches under mpiexec."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from fast_cli import fast
 
 from fast_core.cli.guard import prefixed
+from fast_core.cli.launch import GUARD
 from fast_core.cli.summary import job_wall_clock, last
 from fast_core.config import rank_prefix
+from fast_core.engine.mpi_ft import replacement_commands
 from fast_core.errors import ConfigError
 from fast_core.runlog import read_run
 
@@ -100,3 +107,20 @@ def test_run_shows_the_folder_the_bar_the_rate_and_writes_curves(tmp_path: Path)
     curves = run_dir / "curves.png"
     assert f"fast: loss and accuracy against time: {curves}" in done.stderr
     assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_replacements_guard_prefixes_the_rank_it_took_over_and_records_its_own_ending(tmp_path: Path) -> None:
+    """--max-restarts: the survivors start a replacement below ``FAST_GUARD`` with ``--rank=R`` (mpi_ft.grow)."""
+    exits = tmp_path / "exits"
+    child = "import os, sys; print(os.environ['FAST_GUARD']); sys.stderr.write('half'); sys.exit(3)"
+    guard = [sys.executable, "-I", str(GUARD), "--lines=prefixed", "--rank=5", str(exits), "--"]
+    done = subprocess.run([*guard, sys.executable, "-c", child], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3 and done.stderr == "[5] half", done.stderr
+    told = json.loads(done.stdout.removeprefix("[5] "))
+    assert told == [a for a in guard if a != "--rank=5"]  # how the rank's own replacements are started
+    command = ["python", "-m", "mpi4py", "train.py"]
+    with mock.patch.dict(os.environ, {"FAST_GUARD": json.dumps(told)}), mock.patch.object(sys, "orig_argv", command):
+        assert replacement_commands((2,)) == [[*told[:3], "--rank=2", *told[3:], *command]]
+    (ended,) = exits.glob("rank5.*.json")  # beside the lost process's rank5.json, which it does not replace
+    record = json.loads(ended.read_text())
+    assert (record["rank"], record["status"], ended.name) == (5, 3, f"rank5.{record['pid']}.json")
