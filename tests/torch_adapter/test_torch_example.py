@@ -71,6 +71,6 @@ def test_ddp_runs_the_same_steps_on_every_rank_under_the_budget(tmp_path) -> Non
     assert "strategy DDP (gloo)" in output
     job, steps = _spent(output)
     assert steps == [80, 80] and job == 2 * 2 * 40 * 16  # DDP is lockstep: 2 passes of 40 batches on each rank
-    assert len(re.findall(r"^epoch +\d+  loss [0-9.]+  consensus distance 0.00e\+00", output, re.MULTILINE)) == 2
+    assert len(re.findall(r"^\[0\] epoch +\d+  loss [0-9.]+  consensus distance 0.00e\+00", output, re.MULTILINE)) == 2
     consensus = _check_consensus(ranks, output)
     assert consensus[-1]["val_accuracy"] > 0.8, consensus
