@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from ..runlog import rank_file
 
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.25
 
 
 class RankSamples:
