@@ -47,6 +47,7 @@ def chatty(tmp_path: Path) -> str:
     return str(script)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("workers", [1, 4])
 def test_every_line_of_every_rank_comes_whole_with_its_rank_in_front(tmp_path: Path, workers: int) -> None:
     done = fast("run", "-n", str(workers), "--no-progress", "--run-dir", str(tmp_path / "run"), chatty(tmp_path))
@@ -63,6 +64,7 @@ def test_every_line_of_every_rank_comes_whole_with_its_rank_in_front(tmp_path: P
     assert sorted(errors) == [f"[{rank}] rank {rank} to stderr" for rank in range(workers)]  # stderr kept apart
 
 
+@pytest.mark.mpi
 def test_no_rank_prefix_shows_the_lines_as_printed_and_whole(tmp_path: Path) -> None:
     command = ["run", "-n", "2", "--no-progress", "--no-rank-prefix", "--run-dir", str(tmp_path / "run")]
     done = fast(*command, chatty(tmp_path))
@@ -83,6 +85,7 @@ def test_prefix_goes_before_every_line_and_a_bars_redraws() -> None:
     assert prefixed(b"[3] ", b"a\nb\r\nbar 1\rbar 2\rtail") == b"[3] a\n[3] b\r\n[3] bar 1\r[3] bar 2\r[3] tail"
 
 
+@pytest.mark.mpi
 def test_run_shows_the_folder_the_bar_the_rate_and_writes_curves(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     command = ["run", "-n", "2", "--progress", "--strategy", "dpsgd:ring", "--run-dir", str(run_dir)]
