@@ -70,9 +70,15 @@ def main() -> None:
         snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, args.snapshot_every)
     if engine.rank == 0:
         print(f"{engine.size} workers, strategy {worker.strategy}, {len(y_train)} training digits each")
-    for epoch in itertools.count():  # this rank's passes over its shard, until the job's budget is spent
+    steps_per_pass = len(y_train) // args.batch_size
+    # where the job is in the passes over the shards: 0 at the start; a replacement takes up the lost rank's pass
+    first_epoch, skip = divmod(worker.step, steps_per_pass)
+    for epoch in itertools.count(first_epoch):  # this rank's passes over its shard, until the job's budget is spent
         losses, spent = [], False
-        for xb, yb in batches(x_train, y_train, args.batch_size, epoch=epoch, seed=engine.rank):
+        shard_batches = batches(x_train, y_train, args.batch_size, epoch=epoch, seed=engine.rank)
+        for xb, yb in itertools.islice(shard_batches, skip if epoch == first_epoch else 0, None):
+            if worker.step >= (epoch + 1) * steps_per_pass:  # a recovery moved the step on: end the pass here
+                break
             n = worker.claim_batch(len(yb))  # the whole batch, fewer on the budget's last grant, 0 once it is spent
             if n == 0:
                 spent = True
