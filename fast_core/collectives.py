@@ -79,11 +79,37 @@ def min_max(engine: Engine, value: int) -> tuple[int, int]:
 def average_arrays(arrays: Sequence[np.ndarray], engine: Engine) -> list[np.ndarray]:
     """The mean over ranks of each array, in one float64 message for all of them (summed in float64, returned in
     each array's own dtype and shape)."""
+    return _reduce(arrays, engine, mean=True)
+
+
+def sum_arrays(arrays: Sequence[np.ndarray], engine: Engine) -> list[np.ndarray]:
+    """The sum over ranks of each array, in one float64 message (exact for integers below 2**53), returned in each
+    array's own dtype and shape."""
+    return _reduce(arrays, engine, mean=False)
+
+
+def check_same_arrays(arrays: Sequence[np.ndarray], engine: Engine, what: str) -> None:
+    """Raise on every rank when the ranks pass arrays of different count, shapes or dtypes to one collective.
+
+    Two 8-byte allreduces: without them ranks sending different lengths would add unrelated numbers or wait for
+    each other until the timeout.
+    """
+    layout = ";".join(f"{np.asarray(a).shape}:{np.asarray(a).dtype}" for a in arrays)
+    low, high = min_max(engine, zlib.crc32(layout.encode()))
+    if low != high:
+        raise ValueError(
+            f"rank {engine.rank} passes {what} of {len(arrays)} tensor(s) [{layout[:200]}], and another rank passes "
+            "other shapes or dtypes: every rank must call the collective with the same structure"
+        )
+
+
+def _reduce(arrays: Sequence[np.ndarray], engine: Engine, mean: bool) -> list[np.ndarray]:
     if not arrays:
         return []
     total = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in arrays])
     engine.allreduce(total, kind=JOB)
-    total /= engine.size
+    if mean:
+        total /= engine.size
     return _split(total, arrays, cast=True)
 
 

@@ -5,6 +5,7 @@ fast.init()
 opt = fast.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, strategy="async:torus")
 ... loss.backward(); opt.step() ...
 fast.average_model(model)
+val_loss = fast.average(torch.tensor(loss))     # any tensor, number, list or dict: fast.sum, fast.broadcast too
 fast.save_checkpoint("job.ckpt", model, opt)  # and fast.load_checkpoint(...) to resume, on any number of ranks
 """
 
@@ -19,13 +20,16 @@ from fast_core.runtime import init, rank, size
 
 from .api import average_model, broadcast_parameters, consensus_copy, join, shard
 from .checkpoint import load_checkpoint, save_checkpoint
+from .collectives import average, broadcast, sum  # noqa: A004 - torch.distributed's and Horovod's names
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 
 __all__ = [
     "DistributedOptimizer",
     "TorchModel",
+    "average",
     "average_model",
+    "broadcast",
     "broadcast_parameters",
     "consensus_copy",
     "init",
@@ -35,5 +39,6 @@ __all__ = [
     "save_checkpoint",
     "shard",
     "size",
+    "sum",
     "worker_of",
 ]

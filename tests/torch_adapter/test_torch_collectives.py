@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import fast_torch as fast
@@ -114,3 +115,72 @@ def test_the_consensus_copy_and_a_mid_training_average_leave_the_worker_running(
             expected = (stack.sum(axis=0) / SIZE).astype(result["own"][name].dtype)
             np.testing.assert_array_equal(result["copy"][name], expected, err_msg=name)
             np.testing.assert_array_equal(result["averaged"][name], result["copy"][name], err_msg=name)
+
+
+def _metrics(rank: int) -> dict[str, object]:
+    """What a script reduces: a float32 loss, an int64 count, a bfloat16 vector, a Python float and int, a list."""
+    return {
+        "loss": torch.tensor(0.5 + rank, dtype=torch.float32),
+        "correct": torch.tensor(10 * rank + 3, dtype=torch.int64),
+        "vector": torch.arange(4, dtype=torch.bfloat16) * (rank + 1),
+        "seconds": 1.25 * rank,
+        "pair": [rank, torch.full((2, 2), float(rank), dtype=torch.float64)],
+    }
+
+
+def _reduce_metrics(engine: Engine) -> dict[str, object]:
+    mine = _metrics(engine.rank)
+    floating = {key: mine[key] for key in ("loss", "vector", "seconds")}
+    return {
+        "average": fast.average(floating, engine=engine),
+        "sum": fast.sum(mine, engine=engine),
+        "broadcast": fast.broadcast(mine, root=2, engine=engine),
+        "plain": fast.average(torch.tensor([float(engine.rank)]), engine=engine),
+    }
+
+
+def test_tensor_collectives_match_numpy_in_each_tensors_own_dtype_and_structure() -> None:
+    results = LocalCluster(SIZE, timeout=30).run(_reduce_metrics)
+    every = [_metrics(rank) for rank in range(SIZE)]
+    for result in results:
+        average, total, root = result["average"], result["sum"], result["broadcast"]
+        assert average["loss"].dtype == torch.float32
+        assert average["loss"].item() == pytest.approx(np.mean([0.5 + r for r in range(SIZE)]))
+        assert average["vector"].dtype == torch.bfloat16
+        expected = np.mean([np.arange(4) * (r + 1) for r in range(SIZE)], axis=0)
+        np.testing.assert_allclose(average["vector"].float().numpy(), expected, rtol=1e-2)
+        assert isinstance(average["seconds"], float) and average["seconds"] == pytest.approx(1.25)
+        assert total["correct"].dtype == torch.int64 and total["correct"].item() == sum(10 * r + 3 for r in range(SIZE))
+        assert total["pair"][0] == sum(range(SIZE)) and isinstance(total["pair"][0], int)
+        np.testing.assert_array_equal(total["pair"][1].numpy(), np.full((2, 2), float(sum(range(SIZE)))))
+        assert list(total) == list(every[0])  # the caller's key order is kept
+        for key in ("loss", "correct", "vector"):
+            assert root[key].dtype == every[2][key].dtype and torch.equal(root[key], every[2][key])
+        assert root["seconds"] == every[2]["seconds"] and root["pair"][0] == 2
+        assert result["plain"].tolist() == [pytest.approx(np.mean(range(SIZE)))]
+
+
+def _mismatched(engine: Engine) -> str:
+    try:
+        fast.sum(torch.zeros(3 + (engine.rank == 1)), engine=engine)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_ranks_passing_different_shapes_all_get_an_error_instead_of_a_hang() -> None:
+    messages = LocalCluster(SIZE, timeout=30).run(_mismatched)
+    assert all("every rank must call the collective with the same structure" in m for m in messages), messages
+
+
+def _bad_inputs(engine: Engine) -> None:
+    with pytest.raises(TypeError, match="use fast_torch.sum"):
+        fast.average(torch.tensor([1, 2]), engine=engine)
+    with pytest.raises(TypeError, match="cannot reduce a str"):
+        fast.sum({"name": "loss"}, engine=engine)
+    with pytest.raises(ValueError, match="is not a rank"):
+        fast.broadcast(torch.zeros(1), root=5, engine=engine)
+
+
+def test_bad_input_is_named() -> None:
+    LocalCluster(2, timeout=30).run(_bad_inputs)
