@@ -127,6 +127,38 @@ def broadcast_arrays(arrays: Sequence[np.ndarray], engine: Engine, root: int = 0
     return out
 
 
+def gather_arrays(array: np.ndarray, engine: Engine) -> list[np.ndarray]:
+    """Every rank's ``array`` on every rank, in rank order (an allgather), bit-exact in any dtype.
+
+    The arrays may differ in their first dimension (a 0-d array counts as one row); the rest of the shape and the
+    dtype must agree, else every rank raises. Two sums, no gather primitive needed: the row counts, then each rank's
+    bytes placed in its own slot of a zero buffer (adding zeros leaves bytes unchanged).
+    """
+    rows = np.asarray(array, order="C")
+    rows = rows.reshape(1, *rows.shape) if rows.ndim == 0 else rows
+    check_same_arrays([rows[:0]], engine, "allgather()")
+    counts = np.zeros(engine.size, dtype=np.int64)
+    counts[engine.rank] = rows.shape[0]
+    engine.allreduce(counts, kind=JOB)
+    row_bytes = rows[:1].nbytes if rows.shape[0] else int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.itemsize
+    ends = np.cumsum(counts) * row_bytes
+    starts = ends - counts * row_bytes
+    raw = np.zeros(int(ends[-1]), dtype=np.uint8)
+    raw[starts[engine.rank] : ends[engine.rank]] = rows.reshape(-1).view(np.uint8)
+    if raw.size:
+        engine.allreduce(raw, kind=JOB)
+    return [
+        raw[start:end].view(rows.dtype).reshape(int(count), *rows.shape[1:]).copy()
+        for start, end, count in zip(starts, ends, counts, strict=True)
+    ]
+
+
+def gather_texts(text: str, engine: Engine) -> list[str]:
+    """Every rank's ``text``, in rank order, on every rank (UTF-8 bytes through ``gather_arrays``)."""
+    raw = np.frombuffer(text.encode(), dtype=np.uint8)
+    return [part.tobytes().decode() for part in gather_arrays(raw, engine)]
+
+
 def average_logs(logs: MutableMapping[str, object], engine: Engine) -> None:
     """Replace every number in ``logs`` by its mean over ranks, in place.
 
