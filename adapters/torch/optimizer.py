@@ -52,16 +52,25 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     broadcast_tensors(floating_tensors(model, parameters=False), worker.engine)  # e.g. BatchNorm statistics
     _WORKERS[model] = worker
 
-    def before(opt, args, kwargs):
-        if not adapter.applying:
+    gradients_ready = [False]  # synchronize() ran this step's gradient hook already
+
+    def synchronize() -> None:
+        """Run this step's gradient hook now (all-reduce averages the gradients), e.g. to clip the averaged
+        gradients before ``step()``; ``step()`` then does not run it again. A no-op when already run."""
+        if not adapter.applying and not gradients_ready[0]:
             adapter.new_step()  # backward wrote new gradients on the device
             try:
                 worker.before_step()
             finally:
                 adapter.new_step()  # the user may change the model before the step hook
+            gradients_ready[0] = True
+
+    def before(opt, args, kwargs):
+        synchronize()
 
     def after(opt, args, kwargs):
         if not adapter.applying:
+            gradients_ready[0] = False
             adapter.new_step()  # the optimizer's step changed the parameters (a read outside a hook is stale)
             try:
                 worker.after_step()
@@ -84,6 +93,7 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     optimizer.register_state_dict_post_hook(save)
     optimizer.register_load_state_dict_pre_hook(load)
     optimizer.fast_worker = worker  # the Worker behind this optimizer: metrics, consensus distance, close()
+    optimizer.fast_synchronize = synchronize
     return optimizer
 
 
