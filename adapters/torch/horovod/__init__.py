@@ -1,0 +1,157 @@
+"""Horovod's PyTorch API on FAST: a Horovod script runs under ``fast run`` with one changed import.
+
+    import fast_torch.horovod as hvd        # instead of: import horovod.torch as hvd
+
+``init``, ``rank``, ``size``, ``local_rank``, ``local_size``, ``DistributedOptimizer`` (all-reduce of the
+gradients by default; any FAST strategy through ``fast run --strategy``), ``broadcast_parameters``,
+``broadcast_optimizer_state``, ``broadcast_object``, ``allreduce``/``allgather``/``broadcast`` of tensors,
+``Compression``, ``Average``/``Sum``/``Min``/``Max``. What FAST cannot honour (Adasum, process sets, elastic
+training, NCCL or Gloo specifics) raises an error that says so and what to use instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fast_core.runtime import init as _fast_init
+from fast_core.runtime import local_rank, local_size, rank, size
+
+from ..optimizer import _WORKERS
+from .compression import Compression
+from .ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Sum,
+    allgather,
+    allgather_async,
+    allgather_object,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    broadcast_object,
+    global_process_set,
+    grouped_allreduce,
+    poll,
+    synchronize,
+)
+from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
+
+_started = [False]
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Start FAST (MPI under ``fast run`` or ``mpiexec``, else one worker). ``comm`` and ``process_sets`` must be
+    None: FAST always trains on all ranks of its launch."""
+    if comm is not None or process_sets is not None:
+        raise ValueError(
+            "hvd.init(comm=..., process_sets=...) is not supported: fast_torch.horovod trains on all ranks of the "
+            "launch; start one job per group of ranks instead"
+        )
+    _fast_init()
+    _started[0] = True
+
+
+def is_initialized() -> bool:
+    return _started[0]
+
+
+def shutdown() -> None:
+    """Close the FAST workers this process trains (collective: every rank calls it): asynchronous strategies' last
+    messages land. Horovod scripts need not call it."""
+    for worker in list(_WORKERS.values()):
+        worker.close()
+
+
+def mpi_enabled() -> bool:
+    return True
+
+
+def mpi_built() -> bool:
+    return True
+
+
+def nccl_built() -> bool:
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
+_NOT_PROVIDED = {
+    "elastic": "elastic training: use `fast run --fault-tolerant --max-restarts K`, which survives and replaces lost "
+    "ranks",
+    "ProcessSet": "process sets: every collective runs over all ranks",
+    "add_process_set": "process sets: every collective runs over all ranks",
+    "remove_process_set": "process sets: every collective runs over all ranks",
+    "SyncBatchNorm": "SyncBatchNorm: BatchNorm statistics stay local while training and fast_torch.average_model(model)"
+    " averages them",
+    "join": "hvd.join(): wrap the loop in `with fast_torch.join(optimizer):` for ranks with uneven data",
+    "cross_rank": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
+    "cross_size": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
+    "alltoall": "alltoall: FAST has allreduce, allgather and broadcast",
+    "reducescatter": "reducescatter: FAST has allreduce, allgather and broadcast",
+    "sparse_allreduce_async": "sparse all-reduce: use dense gradients",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NOT_PROVIDED:
+        raise AttributeError(f"fast_torch.horovod has no {name}: {_NOT_PROVIDED[name]}")
+    raise AttributeError(f"module 'fast_torch.horovod' has no attribute {name!r}")
+
+
+__all__ = [
+    "Adasum",
+    "Average",
+    "Compression",
+    "DistributedOptimizer",
+    "Max",
+    "Min",
+    "Product",
+    "ReduceOp",
+    "Sum",
+    "allgather",
+    "allgather_async",
+    "allgather_object",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "broadcast_object",
+    "broadcast_optimizer_state",
+    "broadcast_parameters",
+    "global_process_set",
+    "gloo_built",
+    "gloo_enabled",
+    "grouped_allreduce",
+    "init",
+    "is_initialized",
+    "local_rank",
+    "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "nccl_built",
+    "poll",
+    "rank",
+    "shutdown",
+    "size",
+    "synchronize",
+]

@@ -1,0 +1,61 @@
+"""Horovod's ``hvd.Compression``: the same names, so scripts that pass ``compression=hvd.Compression.fp16`` run.
+
+FAST does not compress its messages yet: ``DistributedOptimizer`` and ``allreduce`` accept either compressor and
+send float32/float64 (said once, on rank 0, for fp16). ``compress``/``decompress`` work as Horovod's do for scripts
+that call them directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class Compressor:
+    """Horovod's compressor interface: ``compress(tensor) -> (tensor, context)``, ``decompress(tensor, context)``."""
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return tensor
+
+
+class NoneCompressor(Compressor):
+    """No compression (Horovod's default)."""
+
+
+class FP16Compressor(Compressor):
+    """Floating tensors cast to float16 for the wire, and back to their own dtype."""
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        if tensor.dtype.is_floating_point:
+            return tensor.to(torch.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return tensor.to(ctx) if ctx is not None else tensor
+
+
+class Compression:
+    """``hvd.Compression.none`` and ``hvd.Compression.fp16``."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+def check_compression(compression: Any) -> bool:
+    """True for fp16 (accepted, not applied); raise for anything that is not one of Horovod's compressors."""
+    if compression in (None, NoneCompressor):
+        return False
+    if compression is FP16Compressor:
+        return True
+    raise ValueError(
+        f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, the compressors "
+        "fast_torch.horovod accepts"
+    )

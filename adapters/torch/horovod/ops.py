@@ -1,0 +1,222 @@
+"""Horovod's tensor operations on FAST's whole-job collectives: ``allreduce``, ``allgather``, ``broadcast`` of a
+tensor (each result in the tensor's own dtype, shape and device), and ``broadcast_object`` of JSON data.
+
+Every value crosses as raw numbers; objects cross as JSON text, never as a pickle (Horovod pickles them), so a
+script's objects must be JSON data (dicts, lists, strings, numbers, booleans, None). ``*_async`` complete at once
+and return a handle for ``synchronize``, so scripts written for Horovod's background thread run unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+import numpy as np
+
+import torch
+from fast_core import Engine
+from fast_core.collectives import JOB, check_same_arrays, gather_arrays, gather_texts
+from fast_core.runtime import init as default_engine
+
+from .. import collectives
+from ..staging import as_numpy
+from .compression import check_compression
+
+
+class ReduceOp(enum.Enum):
+    """Horovod's reduction operations; FAST performs Average, Sum, Min and Max."""
+
+    AVERAGE = "average"
+    SUM = "sum"
+    ADASUM = "adasum"
+    MIN = "min"
+    MAX = "max"
+    PRODUCT = "product"
+
+
+Average, Sum, Adasum, Min, Max, Product = ReduceOp  # hvd.Average, hvd.Sum, ...
+
+
+class _GlobalProcessSet:
+    def __repr__(self) -> str:
+        return "hvd.global_process_set"
+
+
+global_process_set = _GlobalProcessSet()
+"""Horovod's set of all ranks; the only process set FAST has."""
+
+
+def check_process_set(process_set: Any) -> None:
+    if process_set is not None and process_set is not global_process_set:
+        raise ValueError(
+            f"process_set={process_set!r}: fast_torch.horovod runs every collective over all ranks; process sets "
+            "are not supported (run one job per group of ranks instead)"
+        )
+
+
+def resolve_op(op: ReduceOp | None, average: bool | None = None) -> ReduceOp:
+    """The operation asked for through ``op`` or Horovod's older ``average=`` flag; Average by default."""
+    if op is not None and average is not None:
+        raise ValueError("give op= or the older average=, not both")
+    if op is None:
+        op = Sum if average is False else Average
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op={op!r} is not one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max")
+    if op is Adasum:
+        raise ValueError(
+            "op=hvd.Adasum is not supported by FAST: use op=hvd.Average (the default), or one of FAST's own "
+            "strategies through `fast run --strategy` (e.g. dpsgd:ring, async:torus)"
+        )
+    if op is Product:
+        raise ValueError("op=hvd.Product is not supported by FAST: use hvd.Sum, hvd.Average, hvd.Min or hvd.Max")
+    return op
+
+
+def _engine() -> Engine:
+    return default_engine()
+
+
+def allreduce(
+    tensor: torch.Tensor,
+    average: bool | None = None,
+    name: str | None = None,
+    compression: Any = None,
+    op: ReduceOp | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = global_process_set,
+) -> torch.Tensor:
+    """A new tensor holding the reduction of ``tensor`` over all ranks (the mean by default), in its own dtype and
+    on its own device; ``prescale_factor`` multiplies before the reduction, ``postscale_factor`` after."""
+    op = resolve_op(op, average)
+    check_compression(compression)
+    check_process_set(process_set)
+    _check_tensor(tensor, "allreduce")
+    value = tensor * prescale_factor if prescale_factor != 1.0 else tensor
+    if op is Average:
+        reduced = collectives.average(value, engine=_engine())
+    elif op is Sum:
+        reduced = collectives.sum(value, engine=_engine())
+    else:
+        reduced = _min_max(value, op.value)
+    return reduced * postscale_factor if postscale_factor != 1.0 else reduced
+
+
+def allreduce_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``allreduce`` written into ``tensor`` itself; returns it."""
+    with torch.no_grad():
+        return tensor.copy_(allreduce(tensor, *args, **kwargs))
+
+
+def grouped_allreduce(tensors: list[torch.Tensor], *args: Any, **kwargs: Any) -> list[torch.Tensor]:
+    """``allreduce`` of each tensor, with the same arguments."""
+    return [allreduce(tensor, *args, **kwargs) for tensor in tensors]
+
+
+def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = global_process_set) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the first dimension may
+    differ between ranks, the others must agree); bit-exact, in the tensor's dtype and on its device."""
+    check_process_set(process_set)
+    _check_tensor(tensor, "allgather")
+    parts = gather_arrays(as_numpy(tensor), _engine())
+    whole = torch.from_numpy(np.concatenate(parts))
+    return whole.to(device=tensor.device, dtype=tensor.dtype)
+
+
+def broadcast(
+    tensor: torch.Tensor, root_rank: int = 0, name: str | None = None, process_set: Any = global_process_set
+) -> torch.Tensor:
+    """A new tensor holding rank ``root_rank``'s ``tensor`` (bit-exact)."""
+    check_process_set(process_set)
+    _check_tensor(tensor, "broadcast")
+    return collectives.broadcast(tensor, root=root_rank, engine=_engine())
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None, **kwargs: Any) -> torch.Tensor:
+    """``broadcast`` written into ``tensor`` itself; returns it."""
+    with torch.no_grad():
+        return tensor.copy_(broadcast(tensor, root_rank, name, **kwargs))
+
+
+def broadcast_object(
+    obj: Any, root_rank: int = 0, name: str | None = None, process_set: Any = global_process_set
+) -> Any:
+    """Rank ``root_rank``'s ``obj`` on every rank, sent as JSON (never pickled): dicts, lists, strings, numbers,
+    booleans and None (tuples come back as lists, dict keys as strings)."""
+    check_process_set(process_set)
+    engine = _engine()
+    text = _json(obj, "broadcast_object") if engine.rank == root_rank else ""
+    return json.loads(engine.broadcast_text(text, root_rank))
+
+
+def allgather_object(obj: Any, name: str | None = None, process_set: Any = global_process_set) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (as JSON, as ``broadcast_object``)."""
+    check_process_set(process_set)
+    return [json.loads(text) for text in gather_texts(_json(obj, "allgather_object"), _engine())]
+
+
+class Handle:
+    """What the ``*_async`` operations return: the operation has completed; ``synchronize`` gives its result."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def allreduce_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
+    return Handle(allreduce(tensor, *args, **kwargs))
+
+
+def allreduce_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
+    return Handle(allreduce_(tensor, *args, **kwargs))
+
+
+def allgather_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
+    return Handle(allgather(tensor, *args, **kwargs))
+
+
+def broadcast_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
+    return Handle(broadcast(tensor, *args, **kwargs))
+
+
+def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
+    return Handle(broadcast_(tensor, *args, **kwargs))
+
+
+def poll(handle: Handle) -> bool:
+    """True: FAST's operations complete before their handle is returned."""
+    return True
+
+
+def synchronize(handle: Handle) -> Any:
+    """The result of an ``*_async`` operation."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"synchronize() takes the handle an *_async operation returned, got {type(handle).__name__}")
+    return handle.result
+
+
+def _min_max(tensor: torch.Tensor, op: str) -> torch.Tensor:
+    engine = _engine()
+    values = np.array(as_numpy(tensor), dtype=np.float64, order="C")  # exact for every float and int below 2**53
+    check_same_arrays([values], engine, f"allreduce(op=hvd.{op.capitalize()})")
+    flat = values.reshape(-1)
+    engine.allreduce(flat, op=op, kind=JOB)
+    return torch.from_numpy(flat.reshape(tensor.shape)).to(device=tensor.device, dtype=tensor.dtype)
+
+
+def _check_tensor(tensor: Any, what: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(
+            f"{what}() takes a torch.Tensor, got {type(tensor).__name__}; for numbers, lists or dicts use "
+            "fast_torch.average/sum/broadcast"
+        )
+
+
+def _json(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what}() sends JSON, never a pickle: {exc}; give dicts, lists, strings, numbers, booleans or None "
+            "(e.g. a tensor as tensor.tolist())"
+        ) from exc
