@@ -16,8 +16,8 @@ from typing import Any
 from fast_core.runtime import init as _fast_init
 from fast_core.runtime import local_rank, local_size, rank, size
 
-from ..optimizer import _WORKERS
 from .compression import Compression
+from .lifecycle import shutdown
 from .ops import (
     Adasum,
     Average,
@@ -62,13 +62,6 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 
 def is_initialized() -> bool:
     return _started[0]
-
-
-def shutdown() -> None:
-    """Close the FAST workers this process trains (collective: every rank calls it): asynchronous strategies' last
-    messages land. Horovod scripts need not call it."""
-    for worker in list(_WORKERS.values()):
-        worker.close()
 
 
 def mpi_enabled() -> bool:

@@ -25,6 +25,7 @@ from ..optim_state import optimizer_arrays, optimizer_state
 from ..optimizer import DistributedOptimizer as _fast_optimizer
 from ..staging import as_numpy
 from .compression import check_compression
+from .lifecycle import shutdown_at_exit
 from .ops import Average, ReduceOp, Sum, check_process_set, global_process_set, resolve_op
 
 log = logging.getLogger("fast_torch.horovod")
@@ -84,6 +85,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
         )
     scale = float(worker.engine.size) if op is Sum else 1.0
     _add_synchronize(optimizer, [p for _, p in named], scale)
+    shutdown_at_exit()
     return optimizer
 
 
