@@ -13,12 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fast_core.runtime import init as _fast_init
-from fast_core.runtime import local_rank, local_size, rank, size
-
-from .compression import Compression
-from .lifecycle import shutdown
-from .ops import (
+from fast_core.horovod import (
     Adasum,
     Average,
     Max,
@@ -26,6 +21,18 @@ from .ops import (
     Product,
     ReduceOp,
     Sum,
+    check_init,
+    global_process_set,
+    missing,
+    poll,
+    synchronize,
+)
+from fast_core.runtime import init as _fast_init
+from fast_core.runtime import local_rank, local_size, rank, size
+
+from .compression import Compression
+from .lifecycle import shutdown
+from .ops import (
     allgather,
     allgather_async,
     allgather_object,
@@ -38,12 +45,16 @@ from .ops import (
     broadcast_async,
     broadcast_async_,
     broadcast_object,
-    global_process_set,
     grouped_allreduce,
-    poll,
-    synchronize,
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
+
+_TORCH_ONLY = {
+    "SyncBatchNorm": "BatchNorm statistics stay local while training and fast_torch.average_model(model) averages "
+    "them",
+    "join": "wrap the loop in `with fast_torch.join(optimizer):` for ranks with uneven data",
+    "sparse_allreduce_async": "sparse all-reduce: use dense gradients",
+}
 
 _started = [False]
 
@@ -51,11 +62,7 @@ _started = [False]
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Start FAST (MPI under ``fast run`` or ``mpiexec``, else one worker). ``comm`` and ``process_sets`` must be
     None: FAST always trains on all ranks of its launch."""
-    if comm is not None or process_sets is not None:
-        raise ValueError(
-            "hvd.init(comm=..., process_sets=...) is not supported: fast_torch.horovod trains on all ranks of the "
-            "launch; start one job per group of ranks instead"
-        )
+    check_init(comm, process_sets)
     _fast_init()
     _started[0] = True
 
@@ -84,27 +91,8 @@ def gloo_built() -> bool:
     return False
 
 
-_NOT_PROVIDED = {
-    "elastic": "elastic training: use `fast run --fault-tolerant --max-restarts K`, which survives and replaces lost "
-    "ranks",
-    "ProcessSet": "process sets: every collective runs over all ranks",
-    "add_process_set": "process sets: every collective runs over all ranks",
-    "remove_process_set": "process sets: every collective runs over all ranks",
-    "SyncBatchNorm": "SyncBatchNorm: BatchNorm statistics stay local while training and fast_torch.average_model(model)"
-    " averages them",
-    "join": "hvd.join(): wrap the loop in `with fast_torch.join(optimizer):` for ranks with uneven data",
-    "cross_rank": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
-    "cross_size": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
-    "alltoall": "alltoall: FAST has allreduce, allgather and broadcast",
-    "reducescatter": "reducescatter: FAST has allreduce, allgather and broadcast",
-    "sparse_allreduce_async": "sparse all-reduce: use dense gradients",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _NOT_PROVIDED:
-        raise AttributeError(f"fast_torch.horovod has no {name}: {_NOT_PROVIDED[name]}")
-    raise AttributeError(f"module 'fast_torch.horovod' has no attribute {name!r}")
+    raise missing("fast_torch.horovod", name, _TORCH_ONLY)
 
 
 __all__ = [

@@ -8,69 +8,19 @@ and return a handle for ``synchronize``, so scripts written for Horovod's backgr
 
 from __future__ import annotations
 
-import enum
-import json
 from typing import Any
 
 import numpy as np
 
 import torch
-from fast_core import Engine
-from fast_core.collectives import JOB, check_same_arrays, gather_arrays, gather_texts
+from fast_core import Engine, horovod
+from fast_core.collectives import JOB, check_same_arrays, gather_arrays
+from fast_core.horovod import Average, Handle, ReduceOp, Sum, check_process_set, global_process_set, resolve_op
 from fast_core.runtime import init as default_engine
 
 from .. import collectives
 from ..staging import as_numpy
 from .compression import check_compression
-
-
-class ReduceOp(enum.Enum):
-    """Horovod's reduction operations; FAST performs Average, Sum, Min and Max."""
-
-    AVERAGE = "average"
-    SUM = "sum"
-    ADASUM = "adasum"
-    MIN = "min"
-    MAX = "max"
-    PRODUCT = "product"
-
-
-Average, Sum, Adasum, Min, Max, Product = ReduceOp  # hvd.Average, hvd.Sum, ...
-
-
-class _GlobalProcessSet:
-    def __repr__(self) -> str:
-        return "hvd.global_process_set"
-
-
-global_process_set = _GlobalProcessSet()
-"""Horovod's set of all ranks; the only process set FAST has."""
-
-
-def check_process_set(process_set: Any) -> None:
-    if process_set is not None and process_set is not global_process_set:
-        raise ValueError(
-            f"process_set={process_set!r}: fast_torch.horovod runs every collective over all ranks; process sets "
-            "are not supported (run one job per group of ranks instead)"
-        )
-
-
-def resolve_op(op: ReduceOp | None, average: bool | None = None) -> ReduceOp:
-    """The operation asked for through ``op`` or Horovod's older ``average=`` flag; Average by default."""
-    if op is not None and average is not None:
-        raise ValueError("give op= or the older average=, not both")
-    if op is None:
-        op = Sum if average is False else Average
-    if not isinstance(op, ReduceOp):
-        raise TypeError(f"op={op!r} is not one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max")
-    if op is Adasum:
-        raise ValueError(
-            "op=hvd.Adasum is not supported by FAST: use op=hvd.Average (the default), or one of FAST's own "
-            "strategies through `fast run --strategy` (e.g. dpsgd:ring, async:torus)"
-        )
-    if op is Product:
-        raise ValueError("op=hvd.Product is not supported by FAST: use hvd.Sum, hvd.Average, hvd.Min or hvd.Max")
-    return op
 
 
 def _engine() -> Engine:
@@ -142,25 +92,15 @@ def broadcast_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None
 def broadcast_object(
     obj: Any, root_rank: int = 0, name: str | None = None, process_set: Any = global_process_set
 ) -> Any:
-    """Rank ``root_rank``'s ``obj`` on every rank, sent as JSON (never pickled): dicts, lists, strings, numbers,
-    booleans and None (tuples come back as lists, dict keys as strings)."""
+    """Rank ``root_rank``'s ``obj`` on every rank, as JSON (never pickled)."""
     check_process_set(process_set)
-    engine = _engine()
-    text = _json(obj, "broadcast_object") if engine.rank == root_rank else ""
-    return json.loads(engine.broadcast_text(text, root_rank))
+    return horovod.broadcast_object(obj, root_rank, _engine())
 
 
 def allgather_object(obj: Any, name: str | None = None, process_set: Any = global_process_set) -> list[Any]:
-    """Every rank's ``obj``, in rank order, on every rank (as JSON, as ``broadcast_object``)."""
+    """Every rank's ``obj``, in rank order, on every rank (as JSON)."""
     check_process_set(process_set)
-    return [json.loads(text) for text in gather_texts(_json(obj, "allgather_object"), _engine())]
-
-
-class Handle:
-    """What the ``*_async`` operations return: the operation has completed; ``synchronize`` gives its result."""
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
+    return horovod.allgather_object(obj, _engine())
 
 
 def allreduce_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
@@ -183,18 +123,6 @@ def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
     return Handle(broadcast_(tensor, *args, **kwargs))
 
 
-def poll(handle: Handle) -> bool:
-    """True: FAST's operations complete before their handle is returned."""
-    return True
-
-
-def synchronize(handle: Handle) -> Any:
-    """The result of an ``*_async`` operation."""
-    if not isinstance(handle, Handle):
-        raise TypeError(f"synchronize() takes the handle an *_async operation returned, got {type(handle).__name__}")
-    return handle.result
-
-
 def _min_max(tensor: torch.Tensor, op: str) -> torch.Tensor:
     engine = _engine()
     values = np.array(as_numpy(tensor), dtype=np.float64, order="C")  # exact for every float and int below 2**53
@@ -211,12 +139,3 @@ def _check_tensor(tensor: Any, what: str) -> None:
             "fast_torch.average/sum/broadcast"
         )
 
-
-def _json(obj: Any, what: str) -> str:
-    try:
-        return json.dumps(obj)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"{what}() sends JSON, never a pickle: {exc}; give dicts, lists, strings, numbers, booleans or None "
-            "(e.g. a tensor as tensor.tolist())"
-        ) from exc

@@ -19,6 +19,15 @@ import numpy as np
 import torch
 from fast_core import Budget, Strategy
 from fast_core.collectives import broadcast_arrays, check_same_arrays
+from fast_core.horovod import (
+    Average,
+    ReduceOp,
+    Sum,
+    check_optimizer_options,
+    check_process_set,
+    global_process_set,
+    resolve_op,
+)
 from fast_core.runtime import init as default_engine
 
 from ..optim_state import optimizer_arrays, optimizer_state
@@ -26,7 +35,6 @@ from ..optimizer import DistributedOptimizer as _fast_optimizer
 from ..staging import as_numpy
 from .compression import check_compression
 from .lifecycle import shutdown_at_exit
-from .ops import Average, ReduceOp, Sum, check_process_set, global_process_set, resolve_op
 
 log = logging.getLogger("fast_torch.horovod")
 
@@ -66,12 +74,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     Adasum, process sets, ``op=hvd.Sum`` under a strategy that mixes parameters.
     """
     op = resolve_op(op)
-    if op not in (Average, Sum):
-        raise ValueError(f"DistributedOptimizer reduces gradients with hvd.Average or hvd.Sum, not {op}")
-    if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op is not Average):
-        raise ValueError("gradient_predivide_factor must be positive, and is only valid with op=hvd.Average")
-    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
-        raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
+    check_optimizer_options(op, gradient_predivide_factor, backward_passes_per_step)
     check_process_set(process_set)
     if check_compression(compression) and default_engine().rank == 0:
         log.warning("compression=hvd.Compression.fp16 is accepted, but FAST sends gradients uncompressed for now")

@@ -1,0 +1,144 @@
+"""What Horovod's API means independently of a framework, written once for ``fast_torch.horovod`` and
+``fast_tf.horovod``: its reduction operations, its one process set, objects sent as JSON (Horovod pickles them;
+FAST never unpickles a peer's bytes), handles of operations that complete at once, and the names FAST does not
+provide, each with what to use instead.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+from .collectives import gather_texts
+from .engine import Engine
+
+
+class ReduceOp(enum.Enum):
+    """Horovod's reduction operations; FAST performs Average, Sum, Min and Max."""
+
+    AVERAGE = "average"
+    SUM = "sum"
+    ADASUM = "adasum"
+    MIN = "min"
+    MAX = "max"
+    PRODUCT = "product"
+
+
+Average, Sum, Adasum, Min, Max, Product = ReduceOp  # hvd.Average, hvd.Sum, ...
+
+
+class _GlobalProcessSet:
+    def __repr__(self) -> str:
+        return "hvd.global_process_set"
+
+
+global_process_set = _GlobalProcessSet()
+"""Horovod's set of all ranks; the only process set FAST has."""
+
+
+def check_process_set(process_set: Any) -> None:
+    if process_set is not None and process_set is not global_process_set:
+        raise ValueError(
+            f"process_set={process_set!r}: FAST runs every collective over all ranks; process sets are not "
+            "supported (run one job per group of ranks instead)"
+        )
+
+
+def check_init(comm: Any, process_sets: Any) -> None:
+    if comm is not None or process_sets is not None:
+        raise ValueError(
+            "hvd.init(comm=..., process_sets=...) is not supported: FAST trains on all ranks of the launch; start "
+            "one job per group of ranks instead"
+        )
+
+
+def resolve_op(op: ReduceOp | None, average: bool | None = None) -> ReduceOp:
+    """The operation asked for through ``op`` or Horovod's older ``average=`` flag; Average by default."""
+    if op is not None and average is not None:
+        raise ValueError("give op= or the older average=, not both")
+    if op is None:
+        op = Sum if average is False else Average
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"op={op!r} is not one of hvd.Average, hvd.Sum, hvd.Min, hvd.Max")
+    if op is Adasum:
+        raise ValueError(
+            "op=hvd.Adasum is not supported by FAST: use op=hvd.Average (the default), or one of FAST's own "
+            "strategies through `fast run --strategy` (e.g. dpsgd:ring, async:torus)"
+        )
+    if op is Product:
+        raise ValueError("op=hvd.Product is not supported by FAST: use hvd.Sum, hvd.Average, hvd.Min or hvd.Max")
+    return op
+
+
+def check_optimizer_options(op: ReduceOp, gradient_predivide_factor: float, backward_passes_per_step: int) -> None:
+    """DistributedOptimizer's options, checked as Horovod checks them."""
+    if op not in (Average, Sum):
+        raise ValueError(f"DistributedOptimizer reduces gradients with hvd.Average or hvd.Sum, not {op}")
+    if gradient_predivide_factor <= 0 or (gradient_predivide_factor != 1.0 and op is not Average):
+        raise ValueError("gradient_predivide_factor must be positive, and is only valid with op=hvd.Average")
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
+
+
+def broadcast_object(obj: Any, root_rank: int, engine: Engine) -> Any:
+    """Rank ``root_rank``'s ``obj`` on every rank, sent as JSON (never pickled): dicts, lists, strings, numbers,
+    booleans and None (tuples come back as lists, dict keys as strings)."""
+    text = to_json(obj, "broadcast_object") if engine.rank == root_rank else ""
+    return json.loads(engine.broadcast_text(text, root_rank))
+
+
+def allgather_object(obj: Any, engine: Engine) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank (as JSON, as ``broadcast_object``)."""
+    return [json.loads(text) for text in gather_texts(to_json(obj, "allgather_object"), engine)]
+
+
+def to_json(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{what}() sends JSON, never a pickle: {exc}; give dicts, lists, strings, numbers, booleans or None "
+            "(e.g. a tensor as tensor.tolist())"
+        ) from exc
+
+
+class Handle:
+    """What the ``*_async`` operations return: the operation has completed; ``synchronize`` gives its result."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def poll(handle: Handle) -> bool:
+    """True: FAST's operations complete before their handle is returned."""
+    return True
+
+
+def synchronize(handle: Handle) -> Any:
+    """The result of an ``*_async`` operation."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"synchronize() takes the handle an *_async operation returned, got {type(handle).__name__}")
+    return handle.result
+
+
+NOT_PROVIDED = {
+    "elastic": "elastic training: use `fast run --fault-tolerant --max-restarts K`, which survives and replaces lost "
+    "ranks",
+    "ProcessSet": "process sets: every collective runs over all ranks",
+    "add_process_set": "process sets: every collective runs over all ranks",
+    "remove_process_set": "process sets: every collective runs over all ranks",
+    "join": "hvd.join(): ranks with uneven data are handled by the adapter's join (fast_torch.join(optimizer))",
+    "cross_rank": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
+    "cross_size": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
+    "alltoall": "alltoall: FAST has allreduce, allgather and broadcast",
+    "reducescatter": "reducescatter: FAST has allreduce, allgather and broadcast",
+}
+
+
+def missing(module: str, name: str, extra: dict[str, str] | None = None) -> AttributeError:
+    """The error for a name ``module`` lacks: what FAST offers instead when it is one of Horovod's."""
+    reasons = {**NOT_PROVIDED, **(extra or {})}
+    if name in reasons:
+        return AttributeError(f"{module} has no {name}: {reasons[name]}")
+    return AttributeError(f"module {module!r} has no attribute {name!r}")
