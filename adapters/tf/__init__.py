@@ -6,7 +6,8 @@ x, y = fast.shard(x, y)                          # this rank's part of the data
 model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss=..., metrics=[...])
 model.fit(x, y, callbacks=[fast.Callback("async:torus")], verbose=1 if fast.rank() == 0 else 0)
 
-Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``. Under a shared work
+Gradient strategies (all-reduce, FAST) compile with ``fast.DistributedOptimizer(optimizer)``, which parameter
+strategies accept too (same numbers as the plain optimizer), so one script serves every strategy. Under a shared work
 budget (``fast.Callback(..., batch_size=32, budget=fast_core.Budget(samples=N))``) feed full batches endlessly
 with ``fast.Batches(x, y, batch_size=32)`` and give ``fit`` enough epochs: every rank stops once it is spent.
 ``fast.save_checkpoint(path, callback)`` after fit saves the job; ``fast.Callback(..., resume_from=path)`` resumes it.

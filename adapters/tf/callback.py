@@ -13,7 +13,6 @@ a work budget each batch is claimed one batch ahead, at the start of the batch b
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import MutableMapping
 
 import keras
@@ -36,11 +35,13 @@ class Callback(keras.callbacks.Callback):
 
     At the start every rank checks it holds the same model and takes rank 0's weights (and floating non-trainable
     variables, e.g. BatchNorm statistics). After each batch (or every ``every`` batches) the strategy runs; gradient
-    strategies (all-reduce, FAST) need the model compiled with ``fast_tf.DistributedOptimizer``. At each epoch end
-    ``logs`` become the mean over ranks, so rank 0's progress bar shows the job's loss, plus
-    ``consensus_distance``. Both are collectives, so by default (None) only synchronous strategies pay them: under an
-    asynchronous one they would hold every rank to the slowest one's pace once an epoch, and each rank logs its own
-    numbers instead. ``monitor`` (this rank's own value; names containing "loss" are negated) picks FAST's best
+    strategies (all-reduce, FAST) need the model compiled with ``fast_tf.DistributedOptimizer``; parameter
+    strategies accept it too (each stored gradient is applied with the wrapped optimizer before the strategy mixes:
+    the plain optimizer's numbers, one host copy more a step), so one script compiled with it serves every
+    strategy. At each epoch end ``logs`` become the mean over ranks, so rank 0's progress bar shows the job's loss,
+    plus ``consensus_distance``. Both are collectives, so by default (None) only synchronous strategies pay them:
+    under an asynchronous one they would hold every rank to the slowest one's pace once an epoch, and each rank logs
+    its own numbers instead. ``monitor`` (this rank's own value; names containing "loss" are negated) picks FAST's best
     replica. At the end the worker closes and, with ``average_at_end``, every rank holds the averaged model.
 
     Under ``fast run`` each epoch's logs go to the run's records (``val_accuracy`` is what ``fast bench`` times
@@ -239,13 +240,7 @@ class Callback(keras.callbacks.Callback):
             )
         adapter.optimizer = optimizer.optimizer
         adapter.gradient_store = optimizer.gradients
-        optimizer.attached = True
-        if not strategy.uses_gradients and self.worker.rank == 0:
-            warnings.warn(
-                f"strategy {strategy.name!r} mixes parameters only: compile with the plain optimizer instead of "
-                "fast_tf.DistributedOptimizer, so the update stays inside the compiled train step",
-                stacklevel=3,
-            )
+        optimizer.attached = True  # a parameter strategy too: _finish_step applies each gradient, then mixes
 
 
 def _is_number(value: object) -> bool:

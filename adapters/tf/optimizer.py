@@ -7,8 +7,10 @@ sends them to the neighbours) and applies the result with the wrapped optimizer'
 Keras' public optimizer API (``apply``, ``add_variable_from_reference``, ``variables``), so the same class works on
 the TensorFlow, JAX (``stateless_apply`` runs this ``apply`` in a stateless scope) and torch backends.
 
-Parameter strategies (D-PSGD, asynchronous averaging, ...) do not need it: compile with the plain optimizer, and the
-update stays inside the compiled step.
+Parameter strategies (D-PSGD, asynchronous averaging, ...) accept it too, so one script compiled with it serves every
+strategy: the callback applies each stored gradient with the wrapped optimizer before the strategy mixes, which gives
+the plain optimizer's numbers. Compiled with the plain optimizer instead, the update stays inside the compiled step
+(one host copy of the gradient fewer a step, and ``steps_per_execution`` may exceed 1).
 """
 
 from __future__ import annotations

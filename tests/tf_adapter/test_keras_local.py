@@ -7,7 +7,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_cases import BATCH, CASES, CLASSES, FEATURES, LR, make_model, rank_data
+from keras_cases import BATCH, CASES, CLASSES, FEATURES, LR, flat_weights, make_model, rank_data
+from keras_cases import fit as fit_on_rank
 
 import fast_tf as fast
 from fast_core import ConfigError, Engine, LocalCluster
@@ -68,6 +69,31 @@ def test_the_distributed_optimizer_wraps_one_keras_optimizer_once() -> None:
         fast.DistributedOptimizer("sgd")
     with pytest.raises(TypeError, match="already a fast_tf.DistributedOptimizer"):
         fast.DistributedOptimizer(fast.DistributedOptimizer(keras.optimizers.SGD(LR)))
+
+
+def _both_optimizers(engine: Engine) -> dict[str, object]:
+    """One D-PSGD fit compiled with fast_tf.DistributedOptimizer, one with the plain optimizer."""
+    wrapped, _ = fit_on_rank(engine, "dpsgd:ring", fast.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=0.9)))
+    plain, _ = fit_on_rank(engine, "dpsgd:ring", keras.optimizers.SGD(LR, momentum=0.9))
+    start = make_model(engine, keras.optimizers.SGD(LR))
+    return {
+        "wrapped": flat_weights(wrapped),
+        "plain": flat_weights(plain),
+        "start": flat_weights(start),
+        "iterations": (int(wrapped.optimizer.iterations), int(plain.optimizer.iterations)),
+    }
+
+
+def test_one_script_compiled_with_the_distributed_optimizer_serves_a_parameter_strategy(recwarn) -> None:
+    results = LocalCluster(4, timeout=60).run(_both_optimizers)
+    for result in results:
+        np.testing.assert_allclose(result["wrapped"], result["plain"], rtol=0, atol=1e-6)
+        assert not np.allclose(result["wrapped"], result["start"])  # it trained
+        steps = len(rank_data(0)[1]) // BATCH * 2  # keras_cases' two epochs
+        assert result["iterations"] == (steps, steps)
+    assert not np.allclose(results[0]["wrapped"], results[1]["wrapped"])  # D-PSGD's ranks differ: not a broadcast
+    ours = [str(w.message) for w in recwarn if "optimizer" in str(w.message).lower()]
+    assert not ours, ours
 
 
 def test_gradient_strategies_need_one_step_per_execution() -> None:
