@@ -11,6 +11,8 @@ strategies accept too (same numbers as the plain optimizer), so one script serve
 budget (``fast.Callback(..., batch_size=32, budget=fast_core.Budget(samples=N))``) feed full batches endlessly
 with ``fast.Batches(x, y, batch_size=32)`` and give ``fit`` enough epochs: every rank stops once it is spent.
 ``fast.save_checkpoint(path, callback)`` after fit saves the job; ``fast.Callback(..., resume_from=path)`` resumes it.
+``fast.average(value)``, ``fast.sum(value)`` and ``fast.broadcast(value, root=0)`` reduce a metric, a tensor, a number
+or a list/tuple/dict of them over all ranks (each value back in its own dtype and shape), e.g. a validation loss.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fast_core.runtime import init, rank, size
 
 from .callback import Callback
 from .checkpoint import save_checkpoint
+from .collectives import average, broadcast, sum  # noqa: A004 - torch.distributed's and Horovod's names
 from .data import Batches, shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
@@ -37,8 +40,10 @@ __all__ = [
     "Callback",
     "DistributedOptimizer",
     "KerasModel",
+    "average",
     "average_logs",
     "average_variables",
+    "broadcast",
     "broadcast_variables",
     "consensus_weights",
     "init",
@@ -48,5 +53,6 @@ __all__ = [
     "save_checkpoint",
     "shard",
     "size",
+    "sum",
     "write_flat",
 ]
