@@ -38,9 +38,9 @@ def _is_tensor(leaf: Any) -> bool:
 
 
 def _host(tensor: Any) -> np.ndarray:
-    # a variable's own numpy(): NumPy 2 warns when convert_to_numpy converts a TensorFlow variable
-    array = tensor.numpy() if isinstance(tensor, keras.Variable) else keras.ops.convert_to_numpy(tensor)
-    return np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+    if isinstance(tensor, keras.Variable):  # its value as a tensor: NumPy 2 warns converting a variable itself
+        tensor = keras.ops.copy(tensor)
+    return np.asarray(keras.ops.convert_to_numpy(tensor), order="C")  # ascontiguousarray would make 0-d arrays 1-d
 
 
 def _back(tensor: Any, array: np.ndarray) -> Any:
