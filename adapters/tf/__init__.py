@@ -13,6 +13,7 @@ with ``fast.Batches(x, y, batch_size=32)`` and give ``fit`` enough epochs: every
 ``fast.save_checkpoint(path, callback)`` after fit saves the job; ``fast.Callback(..., resume_from=path)`` resumes it.
 ``fast.average(value)``, ``fast.sum(value)`` and ``fast.broadcast(value, root=0)`` reduce a metric, a tensor, a number
 or a list/tuple/dict of them over all ranks (each value back in its own dtype and shape), e.g. a validation loss.
+``fast.consensus_model(model)`` mid-training is a copy of the model holding the mean over ranks (collective).
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ from .collectives import average, broadcast, sum  # noqa: A004 - torch.distribut
 from .data import Batches, shard
 from .model import KerasModel
 from .optimizer import DistributedOptimizer
-from .variables import average_variables, broadcast_variables, consensus_weights, layout_of, read_flat, write_flat
+from .variables import (
+    average_variables,
+    broadcast_variables,
+    consensus_model,
+    consensus_weights,
+    layout_of,
+    read_flat,
+    write_flat,
+)
 
 __all__ = [
     "Batches",
@@ -45,6 +54,7 @@ __all__ = [
     "average_variables",
     "broadcast",
     "broadcast_variables",
+    "consensus_model",
     "consensus_weights",
     "init",
     "layout_of",

@@ -109,3 +109,27 @@ def consensus_weights(model: keras.Model, engine: Engine | None = None) -> list[
     for i, value in zip(floats, averaged, strict=True):
         weights[i] = value
     return weights
+
+
+def consensus_model(model: keras.Model, engine: Engine | None = None, compile: bool = True) -> keras.Model:
+    """A copy of ``model`` holding the consensus model (``consensus_weights``), e.g. to evaluate or save it
+    mid-training: ``fast_tf.consensus_model(model).evaluate(x_val, y_val)``. This rank's model is left as it is.
+
+    Collective, like ``consensus_weights``: every rank calls it at the same point. The copy is
+    ``keras.models.clone_model(model)`` (a subclassed model needs ``get_config``/``from_config`` for that), compiled
+    as ``model`` was when ``compile`` and ``model`` is compiled, so ``evaluate`` works as well as ``predict``.
+    """
+    weights = consensus_weights(model, engine)  # first: every rank takes part even if cloning fails below
+    try:
+        copy = keras.models.clone_model(model)
+    except (TypeError, ValueError, NotImplementedError) as exc:
+        raise TypeError(
+            f"fast_tf.consensus_model cannot clone this {type(model).__name__}: keras.models.clone_model raised "
+            f"{type(exc).__name__} (above); give a subclassed model get_config and from_config, or build a copy "
+            "yourself and call copy.set_weights(fast_tf.consensus_weights(model))"
+        ) from exc
+    copy.set_weights(weights)
+    config = model.get_compile_config() if compile and model.compiled else None
+    if config is not None:
+        copy.compile_from_config(config)
+    return copy
