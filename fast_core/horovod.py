@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 from typing import Any
 
-from .collectives import gather_texts
+import numpy as np
+
+from .collectives import JOB, check_same_arrays, gather_arrays, gather_texts
 from .engine import Engine
+
+log = logging.getLogger("fast_core.horovod")
 
 
 class ReduceOp(enum.Enum):
@@ -79,6 +84,33 @@ def check_optimizer_options(op: ReduceOp, gradient_predivide_factor: float, back
         raise ValueError("gradient_predivide_factor must be positive, and is only valid with op=hvd.Average")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
+
+
+def check_compression(compression: Any, engine: Engine) -> None:
+    """Accept Horovod's two compressors (their classes carry ``wire``: "none" or "fp16"); fp16 is said once, on
+    rank 0, not to be applied yet. Anything else raises."""
+    wire = "none" if compression is None else getattr(compression, "wire", None)
+    if wire not in ("none", "fp16"):
+        raise ValueError(
+            f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, the "
+            "compressors FAST accepts"
+        )
+    if wire == "fp16" and engine.rank == 0:
+        log.warning("compression=hvd.Compression.fp16 is accepted, but FAST sends its messages uncompressed for now")
+
+
+def reduce_min_max(values: np.ndarray, op: ReduceOp, engine: Engine) -> np.ndarray:
+    """The element-wise minimum or maximum over ranks, in float64 (exact for every float and int below 2**53)."""
+    values = np.array(values, dtype=np.float64, order="C")
+    check_same_arrays([values], engine, f"allreduce(op=hvd.{op.name.capitalize()})")
+    flat = values.reshape(-1)
+    engine.allreduce(flat, op=op.value, kind=JOB)
+    return flat.reshape(values.shape)
+
+
+def allgather_array(array: np.ndarray, engine: Engine) -> np.ndarray:
+    """Every rank's rows concatenated in rank order (``collectives.gather_arrays``): Horovod's allgather."""
+    return np.concatenate(gather_arrays(array, engine))
 
 
 def broadcast_object(obj: Any, root_rank: int, engine: Engine) -> Any:

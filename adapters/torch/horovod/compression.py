@@ -15,6 +15,8 @@ import torch
 class Compressor:
     """Horovod's compressor interface: ``compress(tensor) -> (tensor, context)``, ``decompress(tensor, context)``."""
 
+    wire = "none"
+
     @staticmethod
     def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
         return tensor, None
@@ -30,6 +32,8 @@ class NoneCompressor(Compressor):
 
 class FP16Compressor(Compressor):
     """Floating tensors cast to float16 for the wire, and back to their own dtype."""
+
+    wire = "fp16"
 
     @staticmethod
     def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
@@ -48,14 +52,3 @@ class Compression:
     none = NoneCompressor
     fp16 = FP16Compressor
 
-
-def check_compression(compression: Any) -> bool:
-    """True for fp16 (accepted, not applied); raise for anything that is not one of Horovod's compressors."""
-    if compression in (None, NoneCompressor):
-        return False
-    if compression is FP16Compressor:
-        return True
-    raise ValueError(
-        f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, the compressors "
-        "fast_torch.horovod accepts"
-    )

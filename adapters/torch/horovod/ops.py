@@ -10,17 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 import torch
 from fast_core import Engine, horovod
-from fast_core.collectives import JOB, check_same_arrays, gather_arrays
-from fast_core.horovod import Average, Handle, ReduceOp, Sum, check_process_set, global_process_set, resolve_op
+from fast_core.horovod import (
+    Average,
+    Handle,
+    ReduceOp,
+    Sum,
+    allgather_array,
+    check_compression,
+    check_process_set,
+    global_process_set,
+    reduce_min_max,
+    resolve_op,
+)
 from fast_core.runtime import init as default_engine
 
 from .. import collectives
 from ..staging import as_numpy
-from .compression import check_compression
 
 
 def _engine() -> Engine:
@@ -40,7 +47,7 @@ def allreduce(
     """A new tensor holding the reduction of ``tensor`` over all ranks (the mean by default), in its own dtype and
     on its own device; ``prescale_factor`` multiplies before the reduction, ``postscale_factor`` after."""
     op = resolve_op(op, average)
-    check_compression(compression)
+    check_compression(compression, _engine())
     check_process_set(process_set)
     _check_tensor(tensor, "allreduce")
     value = tensor * prescale_factor if prescale_factor != 1.0 else tensor
@@ -49,7 +56,8 @@ def allreduce(
     elif op is Sum:
         reduced = collectives.sum(value, engine=_engine())
     else:
-        reduced = _min_max(value, op.value)
+        host = reduce_min_max(as_numpy(value), op, _engine())
+        reduced = torch.from_numpy(host).to(device=tensor.device, dtype=tensor.dtype)
     return reduced * postscale_factor if postscale_factor != 1.0 else reduced
 
 
@@ -69,9 +77,8 @@ def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = 
     differ between ranks, the others must agree); bit-exact, in the tensor's dtype and on its device."""
     check_process_set(process_set)
     _check_tensor(tensor, "allgather")
-    parts = gather_arrays(as_numpy(tensor), _engine())
-    whole = torch.from_numpy(np.concatenate(parts))
-    return whole.to(device=tensor.device, dtype=tensor.dtype)
+    whole = allgather_array(as_numpy(tensor), _engine())
+    return torch.from_numpy(whole).to(device=tensor.device, dtype=tensor.dtype)
 
 
 def broadcast(
@@ -121,15 +128,6 @@ def broadcast_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
 
 def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
     return Handle(broadcast_(tensor, *args, **kwargs))
-
-
-def _min_max(tensor: torch.Tensor, op: str) -> torch.Tensor:
-    engine = _engine()
-    values = np.array(as_numpy(tensor), dtype=np.float64, order="C")  # exact for every float and int below 2**53
-    check_same_arrays([values], engine, f"allreduce(op=hvd.{op.capitalize()})")
-    flat = values.reshape(-1)
-    engine.allreduce(flat, op=op, kind=JOB)
-    return torch.from_numpy(flat.reshape(tensor.shape)).to(device=tensor.device, dtype=tensor.dtype)
 
 
 def _check_tensor(tensor: Any, what: str) -> None:

@@ -9,7 +9,6 @@ optimizer object itself is returned, with Horovod's ``synchronize()`` and ``skip
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +22,7 @@ from fast_core.horovod import (
     Average,
     ReduceOp,
     Sum,
+    check_compression,
     check_optimizer_options,
     check_process_set,
     global_process_set,
@@ -33,10 +33,7 @@ from fast_core.runtime import init as default_engine
 from ..optim_state import optimizer_arrays, optimizer_state
 from ..optimizer import DistributedOptimizer as _fast_optimizer
 from ..staging import as_numpy
-from .compression import check_compression
 from .lifecycle import shutdown_at_exit
-
-log = logging.getLogger("fast_torch.horovod")
 
 
 class _Parameters(torch.nn.Module):
@@ -76,8 +73,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     op = resolve_op(op)
     check_optimizer_options(op, gradient_predivide_factor, backward_passes_per_step)
     check_process_set(process_set)
-    if check_compression(compression) and default_engine().rank == 0:
-        log.warning("compression=hvd.Compression.fp16 is accepted, but FAST sends gradients uncompressed for now")
+    check_compression(compression, default_engine())
     named = _named(optimizer, named_parameters)
     optimizer = _fast_optimizer(optimizer, _Parameters(named), strategy, budget=budget)
     worker = optimizer.fast_worker
