@@ -244,9 +244,11 @@ def test_shard_deals_aligned_disjoint_shares() -> None:
     shares = [p[0] for p in parts]
     for xs, ys in shares:
         np.testing.assert_array_equal(xs[:, 0], ys)  # rows stay with their labels
-    assert sorted(np.concatenate([ys for _, ys in shares]).tolist()) == list(range(10))
-    assert [len(ys) for _, ys in shares] == [4, 3, 3]
-    assert [len(p[1][1]) for p in parts] == [3, 3, 3]
+    taken = np.concatenate([ys for _, ys in shares]).tolist()
+    assert [len(ys) for _, ys in shares] == [4, 4, 4]  # equal shares: padded with 2 repeated samples
+    assert set(taken) == set(range(10)) and len(set(taken)) == 10
+    dropped = np.concatenate([p[1][1] for p in parts]).tolist()
+    assert [len(p[1][1]) for p in parts] == [3, 3, 3] and len(set(dropped)) == 9  # cut: disjoint, one left out
     with pytest.raises(ValueError, match="one length"):
         fast.shard(x, y[:5], engine=LocalCluster(1).engine(0))
 
