@@ -26,7 +26,7 @@ from fast_core import Budget, Engine, Strategy
 from .api import broadcast
 from .flat import FlatTree, leaf_dtype
 from .model import JaxModel
-from .step import DistributedStep, unpack
+from .step import DistributedStep, record_metrics, unpack
 
 STATE_FORMS = {
     False: "train_step(state, batch) -> (state, metrics)",
@@ -100,6 +100,7 @@ class DistributedStateStep(DistributedStep):
             model.load_grads(_gradient_of(grads, state))
             worker.run_step(model.apply_own_gradient)
             state = state.replace(step=state.step + 1, params=model.params_tree(), opt_state=model.opt_state)
+        record_metrics(worker, metrics, batch)
         return state, metrics
 
     def end_epoch(self, state: Any, metric: float) -> Any:  # type: ignore[override]

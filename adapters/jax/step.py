@@ -7,7 +7,7 @@ as given (jit it yourself); mixing happens outside it, so it is traced once for 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -118,6 +118,7 @@ class DistributedStep:
             grads, metrics = unpack(self.fn(model.params_tree(), batch), FORMS[True])
             model.load_grads(grads)
             worker.run_step(model.apply_own_gradient)
+        record_metrics(worker, metrics, batch)
         return model.params_tree(), model.opt_state, metrics
 
     def end_epoch(self, params: Any, opt_state: Any, metric: float) -> tuple[Any, Any]:
@@ -169,3 +170,13 @@ def unpack(result: Any, form: str, arity: int = 2) -> tuple[Any, ...]:
         got = f"a {len(result)}-tuple" if isinstance(result, tuple | list) else type(result).__name__
         raise TypeError(f"the wrapped function must be {form}; it returned {got}")
     return tuple(result)
+
+
+def record_metrics(worker: Worker, metrics: Any, batch: Any) -> None:
+    """Under `fast run`, a ``"loss"`` in the step's metrics (a dict) goes to the run records, with the batch's
+    samples (the leading dimension of its first leaf). Free otherwise: ``float`` would wait for the step."""
+    if not worker.reporting or not isinstance(metrics, Mapping) or "loss" not in metrics:
+        return
+    leaves = jax.tree_util.tree_leaves(batch)
+    samples = {"samples": int(np.shape(leaves[0])[0])} if leaves and np.ndim(leaves[0]) else {}
+    worker.record(loss=float(metrics["loss"]), **samples)

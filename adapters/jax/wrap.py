@@ -13,6 +13,8 @@ Three forms, told apart by ``optimizer=`` and by how many arguments the function
   optimizer): a Flax ``TrainState`` (or any pytree state), ``state, metrics = step(state, batch)``. Under
   all-reduce and FAST the function is ``grad_step(state, batch) -> (grads, metrics)`` and ``state.tx`` applies
   the gradient (see state.py).
+
+Under `fast run`, a ``"loss"`` in a dict of metrics goes to the run records with the batch's samples.
 """
 
 from __future__ import annotations

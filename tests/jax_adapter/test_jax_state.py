@@ -1,4 +1,5 @@
-"""fast_jax's state form on a Flax TrainState (and on any pytree state) against NumPy references, on 4 ranks."""
+"""fast_jax's state form on a Flax TrainState (and on any pytree state) against NumPy references, on 4 ranks; the
+step's "loss" metric in the worker's records."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from jax_references import allreduce_momentum_reference, dpsgd_reference
 
 import fast_jax as fast
 from fast_core import LocalCluster
+from fast_core.observers import Observer
 from fast_core.topology import make_topology
 
 FEATURES, CLASSES, LR, MOMENTUM, STEPS, SIZE, BATCH = 6, 3, 0.1, 0.9, 3, 4, 16
@@ -110,6 +112,55 @@ def test_a_plain_pytree_state_mixes_floats_in_float32_and_keeps_counters() -> No
         np.testing.assert_allclose(np.asarray(state["w"]), x[rank], rtol=1e-6)
         np.testing.assert_allclose(np.asarray(state["b"], np.float32), x[rank], rtol=1e-2)  # mixed, in bfloat16
         assert int(state["count"]) == STEPS * (rank + 1)  # rank 0's 0 at the start, then this rank's own counting
+
+
+class Records(Observer):
+    records = True
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+
+    def on_record(self, worker, kind: str, values: dict) -> None:
+        if kind == "step":
+            self.steps.append(dict(values))
+
+
+@pytest.mark.parametrize("form", ["state", "plain"])
+def test_the_steps_loss_reaches_the_workers_records(form: str) -> None:
+    tx = optax.sgd(LR)
+
+    @jax.jit
+    def plain_step(params, opt_state, data):
+        state = make_state(0, tx).replace(params=params, opt_state=opt_state)
+        new, metrics = train_step(state, data)
+        return new.params, new.opt_state, {"loss": metrics["loss"]}
+
+    def go(engine):
+        records = Records()
+        if form == "state":
+            step = fast.distributed(train_step, "dpsgd:ring", engine=engine)
+            state = step.start(make_state(0, tx))
+        else:
+            step = fast.distributed(plain_step, "dpsgd:ring", engine=engine)
+            state = make_state(0, tx)
+            params, opt_state = step.start(state.params, state.opt_state)
+            state = state.replace(params=params, opt_state=opt_state)
+        step.worker.observers.append(records)
+        losses = []
+        for k in range(STEPS):
+            data = batch(engine.rank, k)
+            losses.append(float(loss_and_grads(state, data)[0]))
+            if form == "state":
+                state, _ = step(state, data)
+            else:
+                params, opt_state, _ = step(state.params, state.opt_state, data)
+                state = state.replace(params=params, opt_state=opt_state)
+        step.close()
+        return losses, records.steps
+
+    for losses, steps in LocalCluster(2, timeout=60).run(go):
+        assert [r["samples"] for r in steps] == [BATCH] * STEPS
+        np.testing.assert_allclose([r["loss"] for r in steps], losses, rtol=1e-5)
 
 
 def test_the_state_form_explains_what_gradient_strategies_need() -> None:
