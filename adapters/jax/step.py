@@ -159,7 +159,7 @@ def average(tree: Any, *, step: DistributedStep | None = None, engine: Engine | 
     engine = engine or init()
     names, arrays, treedef = host_leaves(tree, engine)
     for name, array in zip(names, arrays, strict=True):
-        if not np.issubdtype(array.dtype, np.floating):
+        if not jnp.issubdtype(array.dtype, jnp.floating):  # bfloat16 too
             raise TypeError(f"leaf '{name}' has dtype {array.dtype}: only floating leaves can be averaged")
     return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in average_arrays(arrays, engine)])
 

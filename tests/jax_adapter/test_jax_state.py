@@ -99,15 +99,16 @@ def test_a_plain_pytree_state_mixes_floats_in_float32_and_keeps_counters() -> No
         state = {"w": jnp.full(2, 10.0 * engine.rank), "b": jnp.zeros(3, jnp.bfloat16), "count": jnp.int32(engine.rank)}
         for _ in range(STEPS):
             state, _ = step(state, engine.rank)
-        step.close()
-        return state
+        return state, fast.average(state["b"], step=step)  # closes the step; bfloat16 averaged too
 
     states = LocalCluster(SIZE, timeout=60).run(go)
     graph = make_topology("ring", SIZE)
     x = np.zeros(SIZE)  # rank 0's start everywhere
     for k in range(STEPS):  # D-PSGD's X <- W X + own update, as for the gradients above
         x = graph.mixing_matrix(k) @ x + np.arange(SIZE) + 1.0
-    for rank, state in enumerate(states):
+    for rank, (state, mean) in enumerate(states):
+        assert mean.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(mean, np.float32), x.mean(), rtol=1e-2)
         assert state["b"].dtype == jnp.bfloat16 and state["w"].dtype == jnp.float32
         np.testing.assert_allclose(np.asarray(state["w"]), x[rank], rtol=1e-6)
         np.testing.assert_allclose(np.asarray(state["b"], np.float32), x[rank], rtol=1e-2)  # mixed, in bfloat16
