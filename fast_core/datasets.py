@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .sharding import shard_indices as shard_indices  # the adapters' rule, here for NumPy scripts
+
 Split = tuple[np.ndarray, np.ndarray]
 
 
@@ -89,18 +91,6 @@ def train_test_split(
     order = np.random.default_rng(seed).permutation(len(y))
     cut = int(len(y) * (1 - test_fraction))
     return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
-
-
-def shard_indices(n: int, rank: int, size: int, seed: int = 0, drop_last: bool = False) -> np.ndarray:
-    """This rank's share of ``n`` samples: a seeded permutation dealt round-robin, as DistributedSampler does.
-
-    Shards differ by at most one sample; ``drop_last`` trims them all to the same length.
-    """
-    if not 0 <= rank < size:
-        raise ValueError(f"rank {rank} is outside 0..{size - 1}")
-    order = np.random.default_rng(seed).permutation(n)
-    mine = order[rank::size]
-    return mine[: n // size] if drop_last else mine
 
 
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int = 0, seed: int = 0):

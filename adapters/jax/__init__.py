@@ -5,6 +5,8 @@ fast.init()
 step = fast.distributed(jax.jit(train_step), strategy="dpsgd:ring")  # train_step(params, opt_state, batch)
 step = fast.distributed(jax.jit(grad_step), "allreduce", optimizer=opt)  # grad_step(params, batch), for gradients
 params, opt_state, metrics = step(params, opt_state, batch)
+step = fast.distributed(train_step, "dpsgd:ring")  # train_step(state, batch) -> (state, metrics): a Flax TrainState
+state, metrics = step(state, batch)
 params = fast.average(params, step=step)
 fast.save_checkpoint("ckpt.npz", step, params, opt_state)  # collective; load_checkpoint resumes on any size
 """
@@ -24,9 +26,12 @@ from .api import broadcast, shard
 from .checkpoint import load_checkpoint, save_checkpoint
 from .flat import FlatTree
 from .model import JaxModel
-from .step import DistributedStep, average, distributed
+from .state import DistributedStateStep
+from .step import DistributedStep, average
+from .wrap import distributed
 
 __all__ = [
+    "DistributedStateStep",
     "DistributedStep",
     "FlatTree",
     "JaxModel",

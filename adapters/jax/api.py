@@ -9,8 +9,8 @@ import numpy as np
 import jax
 from fast_core import Engine
 from fast_core.collectives import broadcast_arrays
-from fast_core.datasets import shard_indices
 from fast_core.runtime import init
+from fast_core.sharding import shard_arrays
 
 from .flat import host_leaves
 
@@ -27,18 +27,18 @@ def broadcast(tree: Any, root: int = 0, engine: Engine | None = None) -> Any:
 
 
 def shard(
-    *arrays: np.ndarray, seed: int = 0, drop_last: bool = False, engine: Engine | None = None
+    *arrays: np.ndarray,
+    seed: int = 0,
+    drop_last: bool = False,
+    shuffle: bool = True,
+    epoch: int = 0,
+    engine: Engine | None = None,
 ) -> tuple[np.ndarray, ...]:
     """This rank's share of equally long arrays (e.g. ``x, y = shard(x, y)``), the same samples for each array.
 
-    A seeded permutation dealt round-robin (``fast_core.datasets.shard_indices``): shares differ by at most one
-    sample; ``drop_last=True`` makes them equal, which synchronous strategies need for equal step counts.
+    The rule every adapter uses (``fast_core.sharding.shard_indices``, torch's DistributedSampler's): equal shares
+    on every rank, so lockstep strategies run the same number of steps; ``drop_last=False`` repeats up to
+    ``size - 1`` samples to get there, ``drop_last=True`` leaves up to ``size - 1`` out.
     """
-    if not arrays:
-        raise ValueError("shard() needs at least one array, e.g. x, y = fast_jax.shard(x, y)")
-    lengths = {len(a) for a in arrays}
-    if len(lengths) > 1:
-        raise ValueError(f"shard() needs arrays of one length (samples on axis 0), got lengths {sorted(lengths)}")
     engine = engine or init()
-    mine = shard_indices(lengths.pop(), engine.rank, engine.size, seed=seed, drop_last=drop_last)
-    return tuple(np.asarray(a)[mine] for a in arrays)
+    return shard_arrays(arrays, engine.rank, engine.size, seed, drop_last, shuffle=shuffle, epoch=epoch)

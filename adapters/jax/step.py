@@ -1,23 +1,13 @@
-"""fast_jax.distributed: a transform of the user's (jitted) training step that runs a fast_core strategy around it.
+"""DistributedStep: the user's (jitted) training step with a fast_core strategy run around it on a flat host copy.
 
-Two forms, chosen by whether an optax ``optimizer`` is passed:
-
-- ``distributed(train_step, strategy)`` with ``train_step(params, opt_state, batch) -> (params, opt_state,
-  metrics)``: the user's step runs unchanged, then the strategy mixes the new params on the host. Enough for
-  every strategy that exchanges parameters (dpsgd, async, adpsgd, easgd, sgp, gossip, localsgd).
-- ``distributed(grad_step, strategy, optimizer=opt)`` with ``grad_step(params, batch) -> (grads, metrics)``:
-  fast_jax applies the gradient through ``opt`` (one jitted optax update) after the strategy saw it, so strategies
-  that exchange gradients (all-reduce, FAST) can average or add to them. It returns a step with the same
-  ``(params, opt_state, batch) -> (params, opt_state, metrics)`` signature and works for every strategy.
-
-The user's function is called as given (jit it yourself); mixing happens outside it on a flat host copy, so it is
-traced once for the whole training. ``average(params, step=step)`` closes the step and gives the consensus model.
+``fast_jax.distributed`` (wrap.py) builds it and says which forms of step it takes. The user's function is called
+as given (jit it yourself); mixing happens outside it, so it is traced once for the whole training.
+``average(params, step=step)`` closes the step and gives the consensus model.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,7 +18,6 @@ import jax.numpy as jnp
 from fast_core import Budget, Engine, Strategy, Worker
 from fast_core.collectives import average_arrays
 from fast_core.runtime import init
-from fast_core.strategies.spec import resolve_strategy
 
 from .api import broadcast
 from .flat import FlatTree, host_leaves
@@ -37,9 +26,9 @@ from .model import JaxModel
 TrainStep = Callable[[Any, Any, Any], tuple[Any, Any, Any]]
 GradStep = Callable[[Any, Any], tuple[Any, Any]]
 
-_FORMS = {
-    False: ("train_step(params, opt_state, batch) -> (params, opt_state, metrics)", 3),
-    True: ("grad_step(params, batch) -> (grads, metrics)", 2),
+FORMS = {
+    False: "train_step(params, opt_state, batch) -> (params, opt_state, metrics)",
+    True: "grad_step(params, batch) -> (grads, metrics)",
 }
 
 
@@ -105,11 +94,16 @@ class DistributedStep:
             return params, opt_state
         model = JaxModel(FlatTree(params, self._dtype), self.optimizer)
         model.load(params, opt_state)
-        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every, budget=self.budget)
-        worker.start()  # same layout on every rank (names the first differing leaf), rank 0's params, strategy set up
+        self._start_worker(model)
         model.load(model.params_tree(), broadcast(opt_state, 0, self.engine))
-        self._model, self._worker = model, worker
         return model.params_tree(), model.opt_state
+
+    def _start_worker(self, model: JaxModel) -> None:
+        """The worker, started: same layout on every rank (names the first differing leaf), rank 0's params, the
+        strategy set up."""
+        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every, budget=self.budget)
+        worker.start()
+        self._model, self._worker = model, worker
 
     def __call__(self, params: Any, opt_state: Any, batch: Any) -> tuple[Any, Any, Any]:
         if self._worker is None:
@@ -117,13 +111,14 @@ class DistributedStep:
         model, worker = self._model, self._worker
         model.load(params, opt_state)
         if self.optimizer is None:  # the user's step updates: the strategy's hooks follow it
-            params, opt_state, metrics = _unpack(self.fn(model.params_tree(), model.opt_state, batch), 3)
+            params, opt_state, metrics = unpack(self.fn(model.params_tree(), model.opt_state, batch), FORMS[False], 3)
             model.load(params, opt_state)
             worker.run_step()
         else:  # the strategy sees the gradient, then fast_jax applies it
-            grads, metrics = _unpack(self.fn(model.params_tree(), batch), 2)
+            grads, metrics = unpack(self.fn(model.params_tree(), batch), FORMS[True])
             model.load_grads(grads)
             worker.run_step(model.apply_own_gradient)
+        record_metrics(worker, metrics, batch)
         return model.params_tree(), model.opt_state, metrics
 
     def end_epoch(self, params: Any, opt_state: Any, metric: float) -> tuple[Any, Any]:
@@ -149,47 +144,6 @@ class DistributedStep:
         return f"DistributedStep({getattr(self.fn, '__name__', self.fn)!r}, {self.strategy!r}, {form})"
 
 
-def distributed(
-    fn: TrainStep | GradStep | None = None,
-    strategy: Strategy | str | None = None,
-    *,
-    optimizer: optax.GradientTransformation | None = None,
-    engine: Engine | None = None,
-    dtype: str | None = None,
-    log_every: int | None = None,
-    budget: Budget | None = None,
-) -> DistributedStep | Callable[[TrainStep | GradStep], DistributedStep]:
-    """Wrap a training step so ``strategy`` runs around it on every call; usable as a decorator too.
-
-    Without ``optimizer``, ``fn`` is ``train_step(params, opt_state, batch) -> (params, opt_state, metrics)``
-    (parameter strategies). With an optax ``optimizer``, ``fn`` is ``grad_step(params, batch) -> (grads,
-    metrics)`` and fast_jax applies the (strategy-processed) gradient with the optimizer: needed by all-reduce
-    and FAST, fine for every strategy. With no ``strategy``: ``fast run --strategy``'s (FAST_STRATEGY), else
-    all-reduce. ``dtype`` packs params of several floating dtypes into one buffer of that dtype (see FlatTree).
-    ``budget``: a shared work budget (``fast_core.Budget``; ``step.worker.claim_batch(n)`` before each batch, once
-    the step started), None for ``fast run --budget-samples/--budget-seconds``'s, else none.
-    """
-    if fn is None:
-        return lambda f: distributed(
-            f, strategy, optimizer=optimizer, engine=engine, dtype=dtype, log_every=log_every, budget=budget
-        )
-    if not callable(fn):
-        raise TypeError(f"distributed() wraps a function, got {type(fn).__name__}")
-    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
-        raise TypeError(
-            f"optimizer must be an optax GradientTransformation (e.g. optax.sgd(0.1)), got {type(optimizer).__name__}"
-        )
-    resolved = resolve_strategy(strategy)
-    if optimizer is None and resolved.uses_gradients:
-        raise ValueError(
-            f"strategy {_spec_text(strategy, resolved)} exchanges gradients, so fast_jax must apply them through your "
-            "optimizer: pass optimizer=<optax transformation> and a grad_step(params, batch) -> (grads, metrics) "
-            "instead of train_step, e.g. fast_jax.distributed(grad_step, strategy, optimizer=optax.sgd(0.1))"
-        )
-    _check_signature(fn, optimizer is not None)
-    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every, budget)
-
-
 def average(tree: Any, *, step: DistributedStep | None = None, engine: Engine | None = None) -> Any:
     """The mean over ranks of every leaf of ``tree`` (collective; summed in float64, returned in each leaf's dtype).
 
@@ -205,32 +159,24 @@ def average(tree: Any, *, step: DistributedStep | None = None, engine: Engine | 
     engine = engine or init()
     names, arrays, treedef = host_leaves(tree, engine)
     for name, array in zip(names, arrays, strict=True):
-        if not np.issubdtype(array.dtype, np.floating):
+        if not jnp.issubdtype(array.dtype, jnp.floating):  # bfloat16 too
             raise TypeError(f"leaf '{name}' has dtype {array.dtype}: only floating leaves can be averaged")
     return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in average_arrays(arrays, engine)])
 
 
-def _spec_text(strategy: Strategy | str | None, resolved: Strategy) -> str:
-    if strategy is None:
-        return f"{resolved.name} (no strategy given: FAST_STRATEGY, else all-reduce)"
-    return repr(strategy) if isinstance(strategy, str) else resolved.name
-
-
-def _check_signature(fn: Callable, gradient_form: bool) -> None:
-    form, arity = _FORMS[gradient_form]
-    try:
-        inspect.signature(fn).bind(*range(arity))
-    except ValueError:  # no signature to read (some builtins): the call itself will tell
-        return
-    except TypeError:
-        other = _FORMS[not gradient_form][0]
-        hint = "pass optimizer= for the gradient form" if not gradient_form else "drop optimizer= for that form"
-        raise TypeError(f"{getattr(fn, '__name__', fn)!r} cannot be called as {form}; for {other}, {hint}") from None
-
-
-def _unpack(result: Any, arity: int) -> tuple[Any, ...]:
+def unpack(result: Any, form: str, arity: int = 2) -> tuple[Any, ...]:
+    """The wrapped function's result, checked to be the ``arity``-tuple ``form`` names."""
     if not isinstance(result, tuple | list) or len(result) != arity:
-        form = _FORMS[arity == 2][0]
         got = f"a {len(result)}-tuple" if isinstance(result, tuple | list) else type(result).__name__
         raise TypeError(f"the wrapped function must be {form}; it returned {got}")
     return tuple(result)
+
+
+def record_metrics(worker: Worker, metrics: Any, batch: Any) -> None:
+    """Under `fast run`, a ``"loss"`` in the step's metrics (a dict) goes to the run records, with the batch's
+    samples (the leading dimension of its first leaf). Free otherwise: ``float`` would wait for the step."""
+    if not worker.reporting or not isinstance(metrics, Mapping) or "loss" not in metrics:
+        return
+    leaves = jax.tree_util.tree_leaves(batch)
+    samples = {"samples": int(np.shape(leaves[0])[0])} if leaves and np.ndim(leaves[0]) else {}
+    worker.record(loss=float(metrics["loss"]), **samples)

@@ -11,35 +11,34 @@ import keras
 import numpy as np
 
 from fast_core import Engine
-from fast_core.datasets import shard_indices
 from fast_core.runtime import init
+from fast_core.sharding import shard_arrays, shard_indices, shard_size
 
 
-def shard(*data: Any, seed: int = 0, drop_last: bool = True, engine: Engine | None = None) -> Any:
+def shard(
+    *data: Any,
+    seed: int = 0,
+    drop_last: bool = False,
+    shuffle: bool = True,
+    epoch: int = 0,
+    engine: Engine | None = None,
+) -> Any:
     """This rank's share of ``data``: arrays of the same length (x, y, sample weights...) or one tf.data dataset.
 
-    Arrays: a seeded permutation dealt round-robin (``fast_core.datasets.shard_indices``), the same on every rank,
-    so shards are disjoint and cover the data; one array in, one array out, several in, a tuple out. A dataset:
-    ``dataset.shard(size, rank)``; shard it before ``batch`` so ranks split samples, not batches.
+    The rule every adapter uses (``fast_core.sharding.shard_indices``, torch's DistributedSampler's): the samples
+    in a seeded order (``seed + epoch``; ``shuffle=False``: as given) dealt round-robin, in equal shares, so every
+    rank runs the same number of steps per epoch, which synchronous strategies need (``fast_tf.Callback`` checks
+    it). ``drop_last=False`` repeats up to ``size - 1`` samples to get equal shares, ``drop_last=True`` leaves up
+    to ``size - 1`` out. One array in, one array out; several in, a tuple out.
 
-    ``drop_last=True`` (the default) trims every shard to the same length, so every rank runs the same number of
-    steps per epoch: synchronous strategies need that (``fast_tf.Callback`` checks it). A dataset whose length is
-    unknown is only sharded; give ``fit`` a ``steps_per_epoch`` then.
+    A dataset is dealt in its own order (shuffle it before ``shard`` with a fixed seed, or after): the same
+    indices as arrays with ``shuffle=False``. Shard it before ``batch`` so ranks split samples, not batches. A
+    dataset whose length is unknown is only dealt round-robin; give ``fit`` a ``steps_per_epoch`` then.
     """
     engine = engine or init()
     if len(data) == 1 and _is_tf_dataset(data[0]):
         return _shard_dataset(data[0], engine, drop_last)
-    if not data:
-        raise TypeError("shard() needs the data to split: arrays of the same length, or one tf.data.Dataset")
-    arrays = [np.asarray(a) for a in data]
-    lengths = {len(a) for a in arrays}
-    if len(lengths) != 1:
-        raise ValueError(f"the arrays to shard have different lengths {sorted(lengths)}; give samples along axis 0")
-    n = lengths.pop()
-    if n < engine.size:
-        raise ValueError(f"{n} samples cannot be shared by {engine.size} ranks; every rank needs at least one")
-    index = shard_indices(n, engine.rank, engine.size, seed=seed, drop_last=drop_last)
-    parts = tuple(a[index] for a in arrays)
+    parts = shard_arrays(data, engine.rank, engine.size, seed, drop_last, shuffle=shuffle, epoch=epoch)
     return parts[0] if len(parts) == 1 else parts
 
 
@@ -50,11 +49,13 @@ def _is_tf_dataset(data: Any) -> bool:
 
 
 def _shard_dataset(dataset: Any, engine: Engine, drop_last: bool) -> Any:
-    part = dataset.shard(engine.size, engine.rank)
+    """``shard_indices(n, rank, size, shuffle=False)`` on a dataset: pad with its start, or cut, then deal."""
     length = int(dataset.cardinality())
-    if drop_last and length >= 0:  # negative: infinite or unknown
-        part = part.take(length // engine.size)
-    return part
+    if length >= 0:  # negative: infinite or unknown
+        shard_indices(length, engine.rank, engine.size, drop_last=drop_last)  # the rule's checks (enough samples)
+        total = shard_size(length, engine.size, drop_last) * engine.size
+        dataset = dataset.take(total) if total <= length else dataset.repeat().take(total)
+    return dataset.shard(engine.size, engine.rank)
 
 
 class Batches(keras.utils.PyDataset):

@@ -10,6 +10,7 @@ from copy import deepcopy
 import torch
 from fast_core import Engine
 from fast_core.runtime import init as default_engine
+from fast_core.sharding import shard_indices
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .optimizer import _WORKERS
@@ -80,13 +81,35 @@ def join(optimizer: torch.optim.Optimizer) -> Iterator[None]:
     worker.uneven_inputs = False
 
 
-def shard(
-    data: Dataset | DataLoader, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False, engine=None, **kw
-) -> DataLoader:
-    """This rank's share of a dataset (or of a DataLoader's dataset), as a DataLoader with a DistributedSampler.
+class ShardSampler(DistributedSampler):
+    """A DistributedSampler that deals the indices by ``fast_core.sharding.shard_indices``, so a torch rank gets
+    the very samples a fast_tf or fast_jax rank gets for the same seed (torch's own permutation differs)."""
 
-    Call ``loader.sampler.set_epoch(epoch)`` each epoch for a new order. ``drop_last=True`` gives every rank the
-    same number of batches, which synchronous strategies need (or end with ``fast_torch.join``).
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)  # type: ignore[arg-type]
+        mine = shard_indices(
+            n, self.rank, self.num_replicas, self.seed, self.drop_last, shuffle=self.shuffle, epoch=self.epoch
+        )
+        return iter(mine.tolist())
+
+
+def shard(
+    data: Dataset | DataLoader,
+    *,
+    seed: int = 0,
+    drop_last: bool = False,
+    shuffle: bool = True,
+    epoch: int = 0,
+    engine=None,
+    **kw,
+) -> DataLoader:
+    """This rank's share of a dataset (or of a DataLoader's dataset), as a DataLoader with a :class:`ShardSampler`.
+
+    The rule every adapter uses (``fast_core.sharding.shard_indices``, DistributedSampler's): equal shares on
+    every rank, so lockstep strategies run the same number of steps; ``drop_last=False`` repeats up to ``size - 1``
+    samples to get there, ``drop_last=True`` leaves up to ``size - 1`` out. Call ``loader.sampler.set_epoch(e)``
+    each epoch for a new order (``epoch`` is the first one's). ``drop_last=True`` also drops the loader's last
+    partial batch, as before.
     """
     engine = engine or default_engine()
     if isinstance(data, DataLoader):
@@ -94,7 +117,9 @@ def shard(
         kw.setdefault("num_workers", data.num_workers)
         kw.setdefault("collate_fn", data.collate_fn)
         data = data.dataset
-    sampler = DistributedSampler(
+    shard_indices(len(data), engine.rank, engine.size, drop_last=drop_last)  # the rule's checks, here, not mid-epoch
+    sampler = ShardSampler(
         data, num_replicas=engine.size, rank=engine.rank, shuffle=shuffle, seed=seed, drop_last=drop_last
     )
+    sampler.set_epoch(epoch)
     return DataLoader(data, sampler=sampler, drop_last=drop_last, **kw)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax_references import allreduce_momentum_reference, dpsgd_reference
 
 import fast_jax as fast
 from fast_core import LocalCluster, ModelMismatchError
@@ -86,10 +87,7 @@ def test_dpsgd_through_the_step_matches_the_numpy_reference(form: str) -> None:
     results = LocalCluster(size, timeout=60).run(record, "dpsgd:ring", form)
     starts = np.stack([r[0] for r in results])
     np.testing.assert_array_equal(starts, np.broadcast_to(starts[0], starts.shape))  # rank 0's start everywhere
-    graph = make_topology("ring", size)
-    states = starts.copy()
-    for k in range(STEPS):  # X <- W X - lr G, with the gradients each rank computed
-        states = graph.mixing_matrix(k) @ states - LR * np.stack([r[2][k] for r in results])
+    states = dpsgd_reference(starts, [r[2] for r in results], "ring", LR)
     for rank, result in enumerate(results):
         np.testing.assert_allclose(result[1], states[rank], rtol=0, atol=2e-6)
     assert np.abs(states[0] - states[1]).max() > 1e-3  # the ranks really differ: mixing was not trivial
@@ -99,10 +97,7 @@ def test_allreduce_equals_one_model_on_the_mean_gradient_with_momentum() -> None
     results = LocalCluster(4, timeout=60).run(record, "allreduce", "gradient", optax.sgd(LR, momentum=MOMENTUM))
     for result in results[1:]:
         np.testing.assert_array_equal(result[1], results[0][1])  # identical replicas
-    params, velocity = results[0][0].copy(), np.zeros_like(results[0][0])
-    for k in range(STEPS):  # optax's trace: v <- g + mu v, x <- x - lr v
-        velocity = np.mean([r[2][k] for r in results], axis=0) + MOMENTUM * velocity
-        params -= LR * velocity
+    params, _ = allreduce_momentum_reference(results[0][0], [r[2] for r in results], LR, MOMENTUM)
     np.testing.assert_allclose(results[0][1], params, rtol=0, atol=2e-6)
 
 
@@ -244,9 +239,11 @@ def test_shard_deals_aligned_disjoint_shares() -> None:
     shares = [p[0] for p in parts]
     for xs, ys in shares:
         np.testing.assert_array_equal(xs[:, 0], ys)  # rows stay with their labels
-    assert sorted(np.concatenate([ys for _, ys in shares]).tolist()) == list(range(10))
-    assert [len(ys) for _, ys in shares] == [4, 3, 3]
-    assert [len(p[1][1]) for p in parts] == [3, 3, 3]
+    taken = np.concatenate([ys for _, ys in shares]).tolist()
+    assert [len(ys) for _, ys in shares] == [4, 4, 4]  # equal shares: padded with 2 repeated samples
+    assert set(taken) == set(range(10)) and len(set(taken)) == 10
+    dropped = np.concatenate([p[1][1] for p in parts]).tolist()
+    assert [len(p[1][1]) for p in parts] == [3, 3, 3] and len(set(dropped)) == 9  # cut: disjoint, one left out
     with pytest.raises(ValueError, match="one length"):
         fast.shard(x, y[:5], engine=LocalCluster(1).engine(0))
 
@@ -324,8 +321,9 @@ def test_bad_steps_get_clear_errors() -> None:
     def grad_step(params, data):
         return jax.grad(loss_fn)(params, data), None
 
-    with pytest.raises(TypeError, match=r"cannot be called as train_step.*pass optimizer="):
-        fast.distributed(grad_step, "dpsgd:ring")
+    stateful = fast.distributed(grad_step, "dpsgd:ring")  # two arguments, no optimizer: the state form
+    with pytest.raises(TypeError, match=r"state form.*got 3 arguments.*grad_step\(params, batch\).*pass optimizer="):
+        stateful(make_params(), None, batch(0, 0))
     with pytest.raises(TypeError, match=r"cannot be called as grad_step.*drop optimizer="):
         fast.distributed(train_step, "allreduce", optimizer=optax.sgd(LR))
     with pytest.raises(TypeError, match="optax GradientTransformation"):

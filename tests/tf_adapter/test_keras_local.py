@@ -177,14 +177,15 @@ def test_a_callback_trains_again_in_a_second_fit() -> None:
 def test_shard_splits_arrays_into_disjoint_equal_parts() -> None:
     x, y = np.arange(10) * 10, np.arange(10)
     cluster = LocalCluster(3)
-    parts = [fast.shard(x, y, engine=cluster.engine(r)) for r in range(3)]
+    parts = [fast.shard(x, y, drop_last=True, engine=cluster.engine(r)) for r in range(3)]
     assert [len(px) for px, _ in parts] == [3, 3, 3]
     for px, py in parts:
         np.testing.assert_array_equal(px, py * 10)  # samples stay paired
     taken = np.concatenate([py for _, py in parts])
     assert len(set(taken.tolist())) == 9
-    whole = np.concatenate([fast.shard(y, drop_last=False, engine=cluster.engine(r)) for r in range(3)])
-    assert sorted(whole.tolist()) == list(range(10))
+    padded = [fast.shard(y, engine=cluster.engine(r)) for r in range(3)]  # the default: equal shares, padded
+    assert [len(p) for p in padded] == [4, 4, 4]
+    assert set(np.concatenate(padded).tolist()) == set(range(10))
     with pytest.raises(ValueError, match="different lengths"):
         fast.shard(x, y[:5], engine=cluster.engine(0))
     with pytest.raises(ValueError, match="cannot be shared by 3 ranks"):
@@ -193,9 +194,10 @@ def test_shard_splits_arrays_into_disjoint_equal_parts() -> None:
 
 def test_shard_splits_a_tf_dataset() -> None:
     cluster = LocalCluster(3)
-    parts = [list(fast.shard(tf.data.Dataset.range(10), engine=cluster.engine(r))) for r in range(3)]
+    parts = [list(fast.shard(tf.data.Dataset.range(10), drop_last=True, engine=cluster.engine(r))) for r in range(3)]
     parts = [[int(v) for v in p] for p in parts]
-    assert [len(p) for p in parts] == [3, 3, 3]
-    assert len({v for p in parts for v in p}) == 9
+    assert parts == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+    padded = [[int(v) for v in fast.shard(tf.data.Dataset.range(10), engine=cluster.engine(r))] for r in range(3)]
+    assert padded == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
     unknown = tf.data.Dataset.range(10).filter(lambda v: True)
     assert len(list(fast.shard(unknown, engine=cluster.engine(0)))) == 4  # only sharded
