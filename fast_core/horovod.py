@@ -15,6 +15,29 @@ import numpy as np
 
 from .collectives import JOB, check_same_arrays, gather_arrays, gather_texts
 from .engine import Engine
+from .runtime import init as _start
+from .runtime import local_rank, local_size, rank, size
+
+__all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod's own names
+    "Adasum",
+    "Average",
+    "Max",
+    "Min",
+    "Product",
+    "ReduceOp",
+    "Sum",
+    "allgather_object",
+    "broadcast_object",
+    "global_process_set",
+    "init",
+    "is_initialized",
+    "local_rank",
+    "local_size",
+    "poll",
+    "rank",
+    "size",
+    "synchronize",
+]
 
 log = logging.getLogger("fast_core.horovod")
 
@@ -50,12 +73,23 @@ def check_process_set(process_set: Any) -> None:
         )
 
 
-def check_init(comm: Any, process_sets: Any) -> None:
+_started = [False]
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Start FAST (MPI under ``fast run`` or ``mpiexec``, else one worker). ``comm`` and ``process_sets`` must be
+    None: FAST always trains on all ranks of its launch."""
     if comm is not None or process_sets is not None:
         raise ValueError(
             "hvd.init(comm=..., process_sets=...) is not supported: FAST trains on all ranks of the launch; start "
             "one job per group of ranks instead"
         )
+    _start()
+    _started[0] = True
+
+
+def is_initialized() -> bool:
+    return _started[0]
 
 
 def resolve_op(op: ReduceOp | None, average: bool | None = None) -> ReduceOp:
@@ -113,16 +147,19 @@ def allgather_array(array: np.ndarray, engine: Engine) -> np.ndarray:
     return np.concatenate(gather_arrays(array, engine))
 
 
-def broadcast_object(obj: Any, root_rank: int, engine: Engine) -> Any:
+def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None, process_set: Any = None) -> Any:
     """Rank ``root_rank``'s ``obj`` on every rank, sent as JSON (never pickled): dicts, lists, strings, numbers,
     booleans and None (tuples come back as lists, dict keys as strings)."""
+    check_process_set(process_set)
+    engine = _start()
     text = to_json(obj, "broadcast_object") if engine.rank == root_rank else ""
     return json.loads(engine.broadcast_text(text, root_rank))
 
 
-def allgather_object(obj: Any, engine: Engine) -> list[Any]:
+def allgather_object(obj: Any, name: str | None = None, process_set: Any = None) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank (as JSON, as ``broadcast_object``)."""
-    return [json.loads(text) for text in gather_texts(to_json(obj, "allgather_object"), engine)]
+    check_process_set(process_set)
+    return [json.loads(text) for text in gather_texts(to_json(obj, "allgather_object"), _start())]
 
 
 def to_json(obj: Any, what: str) -> str:

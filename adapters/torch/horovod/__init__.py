@@ -13,29 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fast_core.horovod import (
-    Adasum,
-    Average,
-    Max,
-    Min,
-    Product,
-    ReduceOp,
-    Sum,
-    check_init,
-    global_process_set,
-    missing,
-    poll,
-    synchronize,
-)
-from fast_core.runtime import init as _fast_init
-from fast_core.runtime import local_rank, local_size, rank, size
+from fast_core.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
+from fast_core.horovod import __all__ as _common
+from fast_core.horovod import missing
 
 from .compression import Compression
 from .lifecycle import shutdown
 from .ops import (
     allgather,
     allgather_async,
-    allgather_object,
     allreduce,
     allreduce_,
     allreduce_async,
@@ -44,7 +30,6 @@ from .ops import (
     broadcast_,
     broadcast_async,
     broadcast_async_,
-    broadcast_object,
     grouped_allreduce,
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
@@ -55,21 +40,6 @@ _TORCH_ONLY = {
     "join": "wrap the loop in `with fast_torch.join(optimizer):` for ranks with uneven data",
     "sparse_allreduce_async": "sparse all-reduce: use dense gradients",
 }
-
-_started = [False]
-
-
-def init(comm: Any = None, process_sets: Any = None) -> None:
-    """Start FAST (MPI under ``fast run`` or ``mpiexec``, else one worker). ``comm`` and ``process_sets`` must be
-    None: FAST always trains on all ranks of its launch."""
-    check_init(comm, process_sets)
-    _fast_init()
-    _started[0] = True
-
-
-def is_initialized() -> bool:
-    return _started[0]
-
 
 def mpi_enabled() -> bool:
     return True
@@ -96,18 +66,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Adasum",
-    "Average",
+    *_common,
     "Compression",
     "DistributedOptimizer",
-    "Max",
-    "Min",
-    "Product",
-    "ReduceOp",
-    "Sum",
     "allgather",
     "allgather_async",
-    "allgather_object",
     "allreduce",
     "allreduce_",
     "allreduce_async",
@@ -116,23 +79,13 @@ __all__ = [
     "broadcast_",
     "broadcast_async",
     "broadcast_async_",
-    "broadcast_object",
     "broadcast_optimizer_state",
     "broadcast_parameters",
-    "global_process_set",
     "gloo_built",
     "gloo_enabled",
     "grouped_allreduce",
-    "init",
-    "is_initialized",
-    "local_rank",
-    "local_size",
     "mpi_built",
     "mpi_enabled",
     "nccl_built",
-    "poll",
-    "rank",
     "shutdown",
-    "size",
-    "synchronize",
 ]

@@ -12,18 +12,6 @@ from typing import Any
 
 import torch
 from fast_core import Engine, horovod
-from fast_core.horovod import (
-    Average,
-    Handle,
-    ReduceOp,
-    Sum,
-    allgather_array,
-    check_compression,
-    check_process_set,
-    global_process_set,
-    reduce_min_max,
-    resolve_op,
-)
 from fast_core.runtime import init as default_engine
 
 from .. import collectives
@@ -39,24 +27,24 @@ def allreduce(
     average: bool | None = None,
     name: str | None = None,
     compression: Any = None,
-    op: ReduceOp | None = None,
+    op: horovod.ReduceOp | None = None,
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
-    process_set: Any = global_process_set,
+    process_set: Any = horovod.global_process_set,
 ) -> torch.Tensor:
     """A new tensor holding the reduction of ``tensor`` over all ranks (the mean by default), in its own dtype and
     on its own device; ``prescale_factor`` multiplies before the reduction, ``postscale_factor`` after."""
-    op = resolve_op(op, average)
-    check_compression(compression, _engine())
-    check_process_set(process_set)
+    op = horovod.resolve_op(op, average)
+    horovod.check_compression(compression, _engine())
+    horovod.check_process_set(process_set)
     _check_tensor(tensor, "allreduce")
     value = tensor * prescale_factor if prescale_factor != 1.0 else tensor
-    if op is Average:
+    if op is horovod.Average:
         reduced = collectives.average(value, engine=_engine())
-    elif op is Sum:
+    elif op is horovod.Sum:
         reduced = collectives.sum(value, engine=_engine())
     else:
-        host = reduce_min_max(as_numpy(value), op, _engine())
+        host = horovod.reduce_min_max(as_numpy(value), op, _engine())
         reduced = torch.from_numpy(host).to(device=tensor.device, dtype=tensor.dtype)
     return reduced * postscale_factor if postscale_factor != 1.0 else reduced
 
@@ -72,20 +60,22 @@ def grouped_allreduce(tensors: list[torch.Tensor], *args: Any, **kwargs: Any) ->
     return [allreduce(tensor, *args, **kwargs) for tensor in tensors]
 
 
-def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = global_process_set) -> torch.Tensor:
+def allgather(
+    tensor: torch.Tensor, name: str | None = None, process_set: Any = horovod.global_process_set
+) -> torch.Tensor:
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the first dimension may
     differ between ranks, the others must agree); bit-exact, in the tensor's dtype and on its device."""
-    check_process_set(process_set)
+    horovod.check_process_set(process_set)
     _check_tensor(tensor, "allgather")
-    whole = allgather_array(as_numpy(tensor), _engine())
+    whole = horovod.allgather_array(as_numpy(tensor), _engine())
     return torch.from_numpy(whole).to(device=tensor.device, dtype=tensor.dtype)
 
 
 def broadcast(
-    tensor: torch.Tensor, root_rank: int = 0, name: str | None = None, process_set: Any = global_process_set
+    tensor: torch.Tensor, root_rank: int = 0, name: str | None = None, process_set: Any = horovod.global_process_set
 ) -> torch.Tensor:
     """A new tensor holding rank ``root_rank``'s ``tensor`` (bit-exact)."""
-    check_process_set(process_set)
+    horovod.check_process_set(process_set)
     _check_tensor(tensor, "broadcast")
     return collectives.broadcast(tensor, root=root_rank, engine=_engine())
 
@@ -96,38 +86,24 @@ def broadcast_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None
         return tensor.copy_(broadcast(tensor, root_rank, name, **kwargs))
 
 
-def broadcast_object(
-    obj: Any, root_rank: int = 0, name: str | None = None, process_set: Any = global_process_set
-) -> Any:
-    """Rank ``root_rank``'s ``obj`` on every rank, as JSON (never pickled)."""
-    check_process_set(process_set)
-    return horovod.broadcast_object(obj, root_rank, _engine())
+def allreduce_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(allreduce(tensor, *args, **kwargs))
 
 
-def allgather_object(obj: Any, name: str | None = None, process_set: Any = global_process_set) -> list[Any]:
-    """Every rank's ``obj``, in rank order, on every rank (as JSON)."""
-    check_process_set(process_set)
-    return horovod.allgather_object(obj, _engine())
+def allreduce_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(allreduce_(tensor, *args, **kwargs))
 
 
-def allreduce_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
-    return Handle(allreduce(tensor, *args, **kwargs))
+def allgather_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(allgather(tensor, *args, **kwargs))
 
 
-def allreduce_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
-    return Handle(allreduce_(tensor, *args, **kwargs))
+def broadcast_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(broadcast(tensor, *args, **kwargs))
 
 
-def allgather_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
-    return Handle(allgather(tensor, *args, **kwargs))
-
-
-def broadcast_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
-    return Handle(broadcast(tensor, *args, **kwargs))
-
-
-def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Handle:
-    return Handle(broadcast_(tensor, *args, **kwargs))
+def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(broadcast_(tensor, *args, **kwargs))
 
 
 def _check_tensor(tensor: Any, what: str) -> None:
@@ -136,4 +112,3 @@ def _check_tensor(tensor: Any, what: str) -> None:
             f"{what}() takes a torch.Tensor, got {type(tensor).__name__}; for numbers, lists or dicts use "
             "fast_torch.average/sum/broadcast"
         )
-

@@ -1,0 +1,105 @@
+"""Horovod's Keras API on FAST: a Horovod Keras script runs under ``fast run`` with one changed import.
+
+    import fast_tf.horovod as hvd        # instead of: import horovod.tensorflow.keras as hvd (or horovod.keras)
+
+``init``, ``rank``, ``size``, ``local_rank``, ``local_size``, ``DistributedOptimizer`` (FAST's: all-reduce of
+the gradients by default, any FAST strategy through ``fast run --strategy``), ``callbacks``
+(``BroadcastGlobalVariablesCallback``, which runs FAST's strategy, ``MetricAverageCallback``,
+``LearningRateWarmupCallback``, ``LearningRateScheduleCallback``), ``allreduce``/``allgather``/``broadcast``,
+``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``. What FAST cannot honour raises
+an error that says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from fast_core.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
+from fast_core.horovod import (
+    Average,
+    ReduceOp,
+    check_compression,
+    check_optimizer_options,
+    check_process_set,
+    global_process_set,
+    missing,
+    resolve_op,
+)
+from fast_core.horovod import __all__ as _common
+from fast_core.runtime import init as _engine
+
+from ..optimizer import DistributedOptimizer as _FastOptimizer
+from . import callbacks
+from .ops import allgather, allreduce, broadcast
+
+
+class Compression:
+    """``hvd.Compression.none`` and ``hvd.Compression.fp16`` (accepted; FAST does not compress yet)."""
+
+    class none:  # noqa: N801 - Horovod's name
+        wire = "none"
+
+    class fp16:  # noqa: N801 - Horovod's name
+        wire = "fp16"
+
+
+def shutdown() -> None:
+    """Nothing to do: FAST's callback closes its worker at the end of each fit."""
+
+
+def DistributedOptimizer(  # noqa: N802 - Horovod's name
+    optimizer: keras.optimizers.Optimizer,
+    name: str | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = None,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: ReduceOp = Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups: Any = None,
+    process_set: Any = global_process_set,
+    scale_local_gradients: bool = True,
+) -> keras.optimizers.Optimizer:
+    """``fast_tf.DistributedOptimizer(optimizer)``: the compiled step hands each gradient to FAST's callback
+    (``hvd.callbacks.BroadcastGlobalVariablesCallback``), which reduces it with the strategy and applies it with
+    ``optimizer``; harmless under strategies that mix parameters. Only ``op=hvd.Average`` and one backward pass
+    per step: Keras' ``fit`` takes one gradient per step."""
+    op = resolve_op(op)
+    check_optimizer_options(op, gradient_predivide_factor, backward_passes_per_step)
+    if op is not Average:
+        raise ValueError("fast_tf.horovod.DistributedOptimizer averages the gradients: use op=hvd.Average")
+    if backward_passes_per_step != 1:
+        raise ValueError(
+            "backward_passes_per_step > 1 is not supported by fast_tf.horovod: model.fit applies one gradient per "
+            "step; use a larger batch_size instead"
+        )
+    check_compression(compression, _engine())
+    check_process_set(process_set)
+    return _FastOptimizer(optimizer, name=name)
+
+
+_KERAS_ONLY = {
+    "load_model": "load the model with keras.models.load_model and compile it with hvd.DistributedOptimizer",
+    "broadcast_global_variables": "use hvd.callbacks.BroadcastGlobalVariablesCallback(0) in fit's callbacks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    raise missing("fast_tf.horovod", name, _KERAS_ONLY)
+
+
+__all__ = [
+    *_common,
+    "Compression",
+    "DistributedOptimizer",
+    "allgather",
+    "allreduce",
+    "broadcast",
+    "callbacks",
+    "shutdown",
+]

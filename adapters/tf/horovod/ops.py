@@ -1,0 +1,72 @@
+"""Horovod's Keras collectives on FAST: ``allreduce``, ``allgather`` and ``broadcast`` of a tensor, a NumPy array
+or a number (each result in its own dtype and shape), and ``broadcast_object`` as JSON, never a pickle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from fast_core import Engine, horovod
+from fast_core.runtime import init as default_engine
+
+from .. import collectives
+
+
+def _engine() -> Engine:
+    return default_engine()
+
+
+def allreduce(
+    value: Any,
+    name: str | None = None,
+    average: bool | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    op: horovod.ReduceOp | None = None,
+    compression: Any = None,
+    process_set: Any = horovod.global_process_set,
+) -> Any:
+    """The reduction of ``value`` over all ranks (the mean by default), as a tensor of its dtype and shape."""
+    op = horovod.resolve_op(op, average)
+    horovod.check_compression(compression, _engine())
+    horovod.check_process_set(process_set)
+    tensor = _tensor(value, "allreduce")
+    if prescale_factor != 1.0:
+        tensor = tensor * prescale_factor
+    if op is horovod.Average:
+        reduced = collectives.average(tensor, engine=_engine())
+    elif op is horovod.Sum:
+        reduced = collectives.sum(tensor, engine=_engine())
+    else:
+        host = horovod.reduce_min_max(keras.ops.convert_to_numpy(tensor), op, _engine())
+        reduced = keras.ops.convert_to_tensor(host, dtype=tensor.dtype)
+    return reduced * postscale_factor if postscale_factor != 1.0 else reduced
+
+
+def allgather(value: Any, name: str | None = None, process_set: Any = horovod.global_process_set) -> Any:
+    """Every rank's ``value`` concatenated along the first dimension, in rank order (bit-exact)."""
+    horovod.check_process_set(process_set)
+    tensor = _tensor(value, "allgather")
+    whole = horovod.allgather_array(np.asarray(keras.ops.convert_to_numpy(tensor)), _engine())
+    return keras.ops.convert_to_tensor(whole, dtype=tensor.dtype)
+
+
+def broadcast(
+    value: Any, root_rank: int = 0, name: str | None = None, process_set: Any = horovod.global_process_set
+) -> Any:
+    """Rank ``root_rank``'s ``value`` as a tensor on every rank (bit-exact)."""
+    horovod.check_process_set(process_set)
+    return collectives.broadcast(_tensor(value, "broadcast"), root=root_rank, engine=_engine())
+
+
+def _tensor(value: Any, what: str) -> Any:
+    if isinstance(value, dict | list | tuple | str | bytes) or value is None:
+        raise TypeError(
+            f"{what}() takes one tensor, array or number, got a {type(value).__name__}; for lists or dicts of "
+            "them use fast_tf.average/sum/broadcast"
+        )
+    if isinstance(value, keras.Variable):
+        return keras.ops.copy(value)
+    return keras.ops.convert_to_tensor(value)
