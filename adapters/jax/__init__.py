@@ -7,7 +7,7 @@ step = fast.distributed(jax.jit(grad_step), "allreduce", optimizer=opt)  # grad_
 params, opt_state, metrics = step(params, opt_state, batch)
 step = fast.distributed(train_step, "dpsgd:ring")  # train_step(state, batch) -> (state, metrics): a Flax TrainState
 state, metrics = step(state, batch)
-params = fast.average(params, step=step)
+params = fast.average(params, step=step)  # fast.sum(tree) too, e.g. counts
 fast.save_checkpoint("ckpt.npz", step, params, opt_state)  # collective; load_checkpoint resumes on any size
 """
 
@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 from fast_core.runtime import init, rank, size
 
-from .api import broadcast, shard
+from .api import broadcast, shard, sum  # noqa: A004 - Horovod's and torch.distributed's name
 from .checkpoint import load_checkpoint, save_checkpoint
 from .flat import FlatTree
 from .model import JaxModel
@@ -44,4 +44,5 @@ __all__ = [
     "save_checkpoint",
     "shard",
     "size",
+    "sum",
 ]

@@ -1,4 +1,5 @@
-"""Whole-job helpers over pytrees: broadcast (rank 0's values everywhere) and shard (this rank's data)."""
+"""Whole-job helpers over pytrees: broadcast (rank 0's values everywhere), sum (e.g. counts) and shard (this rank's
+data)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 import numpy as np
 
 import jax
+import jax.numpy as jnp
 from fast_core import Engine
-from fast_core.collectives import broadcast_arrays
+from fast_core.collectives import broadcast_arrays, sum_arrays
 from fast_core.runtime import init
 from fast_core.sharding import shard_arrays
 
@@ -24,6 +26,14 @@ def broadcast(tree: Any, root: int = 0, engine: Engine | None = None) -> Any:
     engine = engine or init()
     _, arrays, treedef = host_leaves(tree, engine)
     return jax.tree_util.tree_unflatten(treedef, jax.device_put(broadcast_arrays(arrays, engine, root)))
+
+
+def sum(tree: Any, engine: Engine | None = None) -> Any:  # noqa: A001 - Horovod's and torch.distributed's name
+    """The sum over ranks of every leaf of ``tree`` (collective, one float64 message; each leaf back in its own
+    dtype, integers exact below 2**53), e.g. ``fast_jax.sum({"correct": correct, "seen": seen})``."""
+    engine = engine or init()
+    _, arrays, treedef = host_leaves(tree, engine)
+    return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(a) for a in sum_arrays(arrays, engine)])
 
 
 def shard(
