@@ -1,4 +1,4 @@
-"""FAST with Flax: a plain one-process Flax MNIST script plus the 4 lines marked ``# FAST``.
+"""FAST with Flax: a plain one-process Flax MNIST script plus the 5 lines marked ``# FAST``.
 
     OMP_NUM_THREADS=1 mpiexec -n 2 python -m mpi4py examples/flax_mnist.py
 
@@ -52,9 +52,11 @@ def main() -> None:
     x, y = (x[order] / 255.0).astype(np.float32), y[order]
     x_train, y_train, x_test, y_test = x[:4000], y[:4000], x[4000:], y[4000:]
     x_train, y_train = fast.shard(x_train, y_train)  # FAST: this rank's share
+    lr = LR
+    lr *= fast.size()  # FAST: Horovod's rule, the rate times the ranks (each step averages that many batches)
     model = MLP()
     params = model.init(jax.random.PRNGKey(0), x_train[:1])
-    state = TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(LR, momentum=0.9))
+    state = TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(lr, momentum=0.9))
     for epoch in range(EPOCHS):
         shuffled = np.random.default_rng(epoch).permutation(len(y_train))
         for start in range(0, len(y_train) - BATCH + 1, BATCH):
