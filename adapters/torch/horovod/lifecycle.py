@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import atexit
 import sys
+import weakref
 from types import TracebackType
 
-from ..optimizer import _WORKERS
+from fast_core import Worker
 
 _state = {"registered": False, "failed": False}
+_workers: weakref.WeakSet[Worker] = weakref.WeakSet()  # those hvd.DistributedOptimizer made, none other
 
 
 def shutdown() -> None:
-    """Close the FAST workers this process trains (collective: every rank calls it)."""
-    for worker in list(_WORKERS.values()):
+    """Close the FAST workers of this process's Horovod optimizers (collective: every rank calls it)."""
+    for worker in list(_workers):
         worker.close()
 
 
-def shutdown_at_exit() -> None:
-    """Call ``shutdown`` when the interpreter exits normally (registered once)."""
+def shutdown_at_exit(worker: Worker) -> None:
+    """Call ``shutdown`` for ``worker`` and the others when the interpreter exits normally."""
+    _workers.add(worker)
     if _state["registered"]:
         return
     _state["registered"] = True

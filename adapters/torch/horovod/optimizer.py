@@ -84,7 +84,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
         )
     scale = float(worker.engine.size) if op is Sum else 1.0
     _add_synchronize(optimizer, [p for _, p in named], scale)
-    shutdown_at_exit()
+    shutdown_at_exit(worker)
     return optimizer
 
 
