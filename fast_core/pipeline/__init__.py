@@ -1,12 +1,14 @@
 """Framework-neutral pieces of data parallelism with decoupled pipeline stages (issue 17): the K x D grid of
-ranks and the engine over a stage's replicas."""
+ranks, the bounded channels between neighbouring stages, and the engine over a stage's replicas."""
 
 from __future__ import annotations
 
 from ..engine import Engine
+from ..transport.tags import PipelineTag
+from .channel import Channel
 from .grid import Grid
 
-__all__ = ["Grid", "replica_group"]
+__all__ = ["Channel", "Grid", "PipelineTag", "replica_group"]
 
 
 def replica_group(engine: Engine, grid: Grid) -> Engine:
