@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from mpirun import TESTS, run_mpi
 
 from fast_core import LocalCluster
 from fast_core.errors import MessageError, PeerTimeout
@@ -191,11 +192,42 @@ def test_a_channel_with_a_bad_tag_depth_or_peer_is_refused(peer: int, tag: int, 
         Channel(LocalCluster(2, timeout=5).engine(0), peer, tag, depth=depth)
 
 
+def test_close_waits_until_the_peer_received_everything_and_names_a_peer_that_never_does() -> None:
+    def body(engine) -> tuple[float, str] | float | None:
+        if engine.rank == 2:
+            return None
+        channel = Channel(engine, 1 - engine.rank, PipelineTag.ACTIVATIONS, timeout=1)
+        if engine.rank == 1:
+            time.sleep(0.5)
+            channel.recv(0)
+            return time.monotonic()
+        channel.send(np.zeros(1), 0)
+        channel.close()
+        closed = time.monotonic()
+        silent = Channel(engine, 2, PipelineTag.ACTIVATIONS, timeout=1)
+        silent.send(np.zeros(1), 7)
+        with pytest.raises(PeerTimeout) as caught:
+            silent.close()
+        assert caught.value.ranks == (2,)
+        return closed, str(caught.value)
+
+    (closed, text), received, _ = LocalCluster(3, timeout=30).run(body)
+    assert closed >= received
+    assert "to close after sending step 7 to rank 2" in text and "received 0 of the 1" in text, text
+
+
 def test_a_closed_channel_refuses_to_send_or_receive() -> None:
     channel = Channel(LocalCluster(2, timeout=5).engine(0), 1, PipelineTag.ACTIVATIONS)
     with channel:
-        channel.send(np.zeros(1), 0)
+        pass
     with pytest.raises(ValueError, match="is closed"):
         channel.send(np.zeros(1), 1)
     with pytest.raises(ValueError, match="is closed"):
         channel.recv(0)
+
+
+@pytest.mark.mpi
+def test_two_replicas_of_a_two_stage_pipeline_under_mpi() -> None:
+    out = run_mpi(4, TESTS / "pipeline_mpi.py", timeout=120)
+    for check in ("groups", "chain", "depth", "silence"):
+        assert f"{check} ok" in out, out

@@ -62,6 +62,7 @@ class Channel:
         self.received = 0
         """Arrays received so far."""
         self.closed = False
+        self._last_step: int | None = None
         self._sends: deque[tuple[list[Request], np.ndarray, np.ndarray]] = deque()  # buffers live until sent
         self._credit = np.zeros(1, dtype=np.int64)
         self._credit_request: Request | None = None
@@ -93,6 +94,7 @@ class Channel:
         requests = [self.engine.isend(header, self.peer, self.tag), self.engine.isend(data, self.peer, self.tag)]
         self._sends.append((requests, header, data))
         self.sent += 1
+        self._last_step = step
 
     def _layout(self, array: np.ndarray) -> np.ndarray:
         dtype = _check_dtype(array.dtype)
@@ -109,21 +111,25 @@ class Channel:
         """Wait until fewer than ``depth`` arrays are unreceived and fewer than ``depth`` sends are in flight."""
         self._absorb_credits()
         while self.unreceived >= self.depth:
-            try:
-                self.engine.wait(self._credit_request, self.timeout)
-            except PeerTimeout:
-                raise PeerTimeout(
-                    f"rank {self.engine.rank} waited {self.timeout:g} s to send step {step} to rank {self.peer} "
-                    f"(channel tag {self.tag}): rank {self.peer} has received {self.acknowledged} of the {self.sent} "
-                    f"arrays sent and at most depth={self.depth} may wait unreceived. The peer may be slower, stuck, "
-                    "dead, or not receiving on this tag",
-                    ranks=(self.peer,),
-                ) from None
-            self._absorb_credits()
+            self._wait_for_credit(f"to send step {step}")
         while self._sends and all(r.test() for r in self._sends[0][0]):
             self._sends.popleft()
         if len(self._sends) >= self.depth:
             self._wait_sends(list(self._sends)[: len(self._sends) - self.depth + 1], f"step {step}")
+
+    def _wait_for_credit(self, what: str) -> None:
+        """Wait for the peer's next acknowledgement, at most the timeout."""
+        try:
+            self.engine.wait(self._credit_request, self.timeout)
+        except PeerTimeout:
+            raise PeerTimeout(
+                f"rank {self.engine.rank} waited {self.timeout:g} s {what} to rank {self.peer} (channel tag "
+                f"{self.tag}): rank {self.peer} has received {self.acknowledged} of the {self.sent} arrays sent and "
+                f"at most depth={self.depth} may wait unreceived. The peer may be slower, stuck, dead, or not "
+                "receiving on this tag",
+                ranks=(self.peer,),
+            ) from None
+        self._absorb_credits()
 
     def _absorb_credits(self) -> None:
         """Count every acknowledgement that arrived; keeps one receive for the next posted."""
@@ -204,13 +210,20 @@ class Channel:
 
     # ending ----------------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Wait for the sends in flight (not for the peer to receive them), then drop the posted receives."""
+        """Wait until the peer has received every array sent and our sends are complete, then drop the receives
+        still posted. Receive all the peer sends before closing: its close waits for that.
+
+        Why wait for the peer: a receive cancelled while a message can still match it (the peer's last
+        acknowledgement) made MPICH 5.0 kill the job in MPI_Finalize; once all is acknowledged none can."""
         if self.closed:
             return
+        self._absorb_credits()
+        while self.unreceived > 0:
+            self._wait_for_credit(f"to close after sending step {self._last_step}")
         self._wait_sends(list(self._sends), "closing")
         self.engine.wait_all([r for r, _ in self._credit_sends], self.timeout)
         self._credit_sends = []
-        for request in (self._credit_request, self._header_request):
+        for request in (self._credit_request, self._header_request):  # the header's: only after a timed-out recv
             if request is not None and not request.test():
                 request.cancel()
         self.closed = True
