@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from training import train
 
 from fast_core import LocalCluster
 from fast_core.pipeline import Grid, replica_group
@@ -59,3 +60,22 @@ def test_replica_groups_join_the_ranks_of_one_stage_and_average_only_among_them(
 def test_a_grid_of_another_size_than_the_job_is_refused() -> None:
     with pytest.raises(ValueError, match=r"Grid\(2, stages\)"):
         LocalCluster(2, timeout=30).run(lambda engine: replica_group(engine, Grid(4, 2)))
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "dpsgd:ring"])
+def test_a_worker_on_each_stage_group_trains_exactly_as_a_job_of_that_stage_alone(strategy: str) -> None:
+    """Two stages train different models (seeds 0 and 10) at once, each on its two replicas: every replica's
+    parameters are bit for bit those of a 2-rank job of that model alone."""
+    grid = Grid(4, 2)
+
+    def body(engine) -> np.ndarray:
+        model, _ = train(replica_group(engine, grid), strategy, steps=30, seed=10 * grid.stage(engine.rank))
+        return model.params().copy()
+
+    grouped = LocalCluster(4, timeout=30).run(body)
+    for stage in range(2):
+        seed = 10 * stage
+        alone = LocalCluster(2, timeout=30).run(lambda e, s=seed: train(e, strategy, steps=30, seed=s)[0].params())
+        for replica, rank in enumerate(grid.stage_ranks(stage)):
+            assert grouped[rank].tobytes() == alone[replica].tobytes(), (strategy, stage, replica)
+    assert not np.array_equal(grouped[0], grouped[1])
