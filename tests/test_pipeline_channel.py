@@ -185,7 +185,13 @@ def test_a_declared_dtype_is_enforced_and_unsupported_arrays_are_refused_before_
 
 @pytest.mark.parametrize(
     ("peer", "tag", "depth", "match"),
-    [(1, 29999, 2, "tag 30000"), (1, 60, 0, "depth=0"), (0, 60, 2, "cannot message itself"), (2, 60, 2, "rank 2")],
+    [
+        (1, 29999, 2, "tags 29999 and 30000"),
+        (1, -1, 2, "0..29998"),
+        (1, 60, 0, "depth=0"),
+        (0, 60, 2, "cannot message itself"),
+        (2, 60, 2, "rank 2"),
+    ],
 )
 def test_a_channel_with_a_bad_tag_depth_or_peer_is_refused(peer: int, tag: int, depth: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..config import check_timeout
 from ..engine import Engine, Request
-from ..engine.base import check_tag
+from ..engine.base import MAX_USER_TAG
 from ..errors import MessageError, PeerTimeout
 from ..transport import framing
 
@@ -38,15 +39,22 @@ class Channel:
     then it waits for the peer to receive one. ``recv(step)`` blocks until the peer's next array arrives and checks
     that it is the one of ``step``. Every wait lasts at most ``timeout`` seconds (default: the engine's) and then
     raises PeerTimeout naming the peer and the step. ``dtype`` (optional) is what both ends must send. One thread
-    uses a channel; both ends make one with the same tag, and a pair of ranks needs tags 2 apart for two channels.
+    uses a channel; both ends make one with the same tag, and a pair of ranks needs tags 2 apart for two channels
+    (``PipelineTag``). ``depth`` is the queue bound: a stage k steps ahead of its neighbour needs depth >= k.
     """
 
     def __init__(
-        self, engine: Engine, peer: int, tag: int, timeout: float | None = None, depth: int = 2, dtype=None
+        self,
+        engine: Engine,
+        peer: int,
+        tag: int,
+        timeout: float | None = None,
+        depth: int = 2,
+        dtype: DTypeLike | None = None,
     ) -> None:
         engine.check_peer(peer)
-        check_tag(tag)
-        check_tag(tag + 1)
+        if not 0 <= tag < MAX_USER_TAG - 1:
+            raise ValueError(f"a channel uses tags {tag} and {tag + 1}: give a tag in 0..{MAX_USER_TAG - 2}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth={depth!r}: give the number of arrays that may wait unreceived, an int >= 1")
         self.engine = engine
