@@ -40,7 +40,8 @@ class Channel:
     that it is the one of ``step``. Every wait lasts at most ``timeout`` seconds (default: the engine's) and then
     raises PeerTimeout naming the peer and the step. ``dtype`` (optional) is what both ends must send. One thread
     uses a channel; both ends make one with the same tag, and a pair of ranks needs tags 2 apart for two channels
-    (``PipelineTag``). ``depth`` is the queue bound: a stage k steps ahead of its neighbour needs depth >= k.
+    (``PipelineTag``). ``depth`` is the queue bound: a schedule in which the receiver takes the array of step t only
+    after the sender has sent that of step t + k needs depth >= k + 1, else both wait until the timeout.
     """
 
     def __init__(
