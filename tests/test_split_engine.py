@@ -10,7 +10,9 @@ from mpirun import TESTS, run_mpi
 from split_mpi import check_group, check_splits
 
 from fast_core import LocalCluster
+from fast_core.engine import Engine
 from fast_core.engine.metered import MeteredEngine
+from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
 from fast_core.errors import PeerFailed
 from fast_core.metrics import Metrics
 
@@ -62,9 +64,15 @@ def test_a_color_that_is_not_an_int_of_at_least_zero_is_refused(color) -> None:
         LocalCluster(1, timeout=5).engine(0).split(color)
 
 
-def test_a_fault_tolerant_cluster_refuses_to_split() -> None:
-    with pytest.raises(NotImplementedError, match="fault-tolerant"):
+def test_fault_tolerant_engines_and_engines_without_split_refuse_clearly() -> None:
+    with pytest.raises(NotImplementedError, match="fault-tolerant LocalCluster cannot split"):
         LocalCluster(1, timeout=5, fault_tolerant=True).engine(0).split(0)
+    ulfm = object.__new__(FaultTolerantMPIEngine)  # no ULFM here: only the refusal is checked
+    ulfm.rank = 0
+    with pytest.raises(NotImplementedError, match="without --fault-tolerant"):
+        ulfm.split(0)
+    with pytest.raises(NotImplementedError, match="cannot split into groups"):
+        Engine.split(LocalCluster(1, timeout=5).engine(0), 0)  # the protocol's default
 
 
 @pytest.mark.mpi
