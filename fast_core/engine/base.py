@@ -160,6 +160,17 @@ class Engine(ABC):
         Collective: every rank must call it. A background communication thread gets its own this way.
         """
 
+    def split(self, color: int) -> Engine:
+        """A new engine over the ranks that passed the same ``color`` (an int >= 0), numbered in this engine's rank
+        order, with this engine's timeout; its messages and collectives never mix with this one's.
+
+        Collective: every rank must call it. Why: a pipeline stage's replicas average their parameters among
+        themselves (``fast_core.pipeline.replica_group``) while the stages talk on the whole job's engine."""
+        raise NotImplementedError(
+            f"the {self.name} engine ({type(self).__name__}) cannot split into groups; use MPIEngine or LocalEngine "
+            "(or implement Engine.split for it)"
+        )
+
     def record_wait(self, seconds: float) -> None:  # noqa: B027 - a metering engine counts it
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
 
@@ -231,6 +242,11 @@ class Patience:
 def check_tag(tag: int) -> None:
     if not 0 <= tag < MAX_USER_TAG:
         raise ValueError(f"tag {tag} is outside 0..{MAX_USER_TAG - 1} (higher tags are reserved by FAST)")
+
+
+def check_color(color: int) -> None:
+    if isinstance(color, bool) or not isinstance(color, int | np.integer) or color < 0:
+        raise ValueError(f"split color {color!r} must be an int >= 0 (ranks with the same color form one group)")
 
 
 def check_kind(kind: str | None) -> None:

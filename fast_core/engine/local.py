@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MessageError, PeerFailed, PeerLost, PeerTimeout
-from .base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, resolve_timeout
+from .base import Engine, Request, check_color, check_contiguous, check_kind, check_op, check_tag, resolve_timeout
 from .membership import Membership, Shrink
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
@@ -344,6 +344,22 @@ class LocalEngine(Engine):
         clusters = self._collective(fresh, "dup")
         clusters[0].link_failures(self.cluster)
         return clusters[0].engine(self.rank)
+
+    def split(self, color: int) -> LocalEngine:
+        """Two collectives: every rank's color, then each group's new cluster, made once by its first member. A
+        failure in this cluster stops waits in the groups too."""
+        check_color(color)
+        if self.fault_tolerant:
+            raise NotImplementedError(
+                f"rank {self.rank}: a fault-tolerant LocalCluster cannot split into groups yet (a lost rank would "
+                "leave its group without a way to shrink); split a LocalCluster made without fault_tolerant"
+            )
+        colors = self._collective(int(color), "split (colors)")
+        members = [r for r, c in enumerate(colors) if c == color]
+        fresh = LocalCluster(len(members), self.timeout) if members[0] == self.rank else None
+        cluster = self._collective(fresh, "split (groups)")[members[0]]
+        cluster.link_failures(self.cluster)
+        return cluster.engine(members.index(self.rank))
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         check_contiguous(buf, "isend")

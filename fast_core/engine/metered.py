@@ -158,6 +158,10 @@ class MeteredEngine(Engine):
     def dup(self, timeout: float | None = None) -> MeteredEngine:
         return MeteredEngine(self.inner.dup(timeout), self.metrics, self._meter)
 
+    def split(self, color: int) -> MeteredEngine:
+        """The inner engine's split, metered into the same ``metrics`` (a stage's averaging is training traffic)."""
+        return MeteredEngine(self.inner.split(color), self.metrics, self._meter)
+
     def check_alive(self) -> None:
         self.inner.check_alive()
 

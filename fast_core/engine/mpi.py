@@ -19,6 +19,7 @@ from .base import (
     Engine,
     Patience,
     Request,
+    check_color,
     check_contiguous,
     check_kind,
     check_op,
@@ -153,6 +154,10 @@ class MPIEngine(Engine):
 
     def dup(self, timeout: float | None = None) -> MPIEngine:
         return MPIEngine(self.comm.Dup(), self.timeout if timeout is None else timeout)
+
+    def split(self, color: int) -> MPIEngine:
+        check_color(color)
+        return MPIEngine(self.comm.Split(int(color), self.rank), self.timeout)
 
     def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
         """As Engine.wait_all, but polls all requests with one MPI Testall: a fraction of the Python cost."""

@@ -136,6 +136,12 @@ class FaultTolerantMPIEngine(MPIEngine):
             comm, self.timeout if timeout is None else timeout, _group=self._group, _world=self._world
         )
 
+    def split(self, color: int) -> FaultTolerantMPIEngine:
+        raise NotImplementedError(
+            f"rank {self.rank}: the fault-tolerant MPI engine cannot split into groups yet (a lost rank would leave "
+            "a pipeline stage without its replica group); run pipelines without --fault-tolerant"
+        )
+
     def _kind_comm(self, kind: str | None, what: str):
         fresh = kind is not None and self._kind_comms is None
         comm, what = super()._kind_comm(kind, what)

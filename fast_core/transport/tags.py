@@ -40,3 +40,11 @@ class GossipTag(IntEnum):
     PAYLOAD = 2  # push: the payload
     ASK = 3  # pull: "send me your parameters"
     REPLY = 4  # pull: the parameters
+
+
+class PipelineTag(IntEnum):
+    """On the job's engine, between neighbouring stages of a pipeline (``fast_core.pipeline.Channel``). A channel
+    takes its tag and the next one (the receiver's acknowledgements), hence the gaps."""
+
+    ACTIVATIONS = 60  # forward: stage k -> stage k + 1
+    ERRORS = 62  # backward: the error gradient, stage k + 1 -> stage k
