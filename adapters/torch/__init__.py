@@ -21,10 +21,12 @@ from fast_core.runtime import init, rank, size
 from .api import average_model, broadcast_parameters, consensus_copy, join, shard
 from .checkpoint import load_checkpoint, save_checkpoint
 from .collectives import average, broadcast, sum  # noqa: A004 - torch.distributed's and Horovod's names
+from .decoupled import DecoupledTrainer
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 
 __all__ = [
+    "DecoupledTrainer",
     "DistributedOptimizer",
     "TorchModel",
     "average",
