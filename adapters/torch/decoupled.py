@@ -74,6 +74,9 @@ class DecoupledTrainer:
         self._to_next = Channel(engine, following, PipelineTag.ACTIVATIONS) if following is not None else None
         self._from_next = Channel(engine, following, PipelineTag.ERRORS) if following is not None else None
         self._to_previous = Channel(engine, previous, PipelineTag.ERRORS) if previous is not None else None
+        self._evaluate_from = Channel(engine, previous, PipelineTag.EVALUATION) if previous is not None else None
+        self._evaluate_to = Channel(engine, following, PipelineTag.EVALUATION) if following is not None else None
+        self._evaluations = 0
         self._stash: deque[tuple[int, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = deque()
         """(batch, input, output with its graph, the weights that graph holds) of each batch in flight"""
         self._labels: deque[tuple[int, torch.Tensor]] = deque()
@@ -102,6 +105,35 @@ class DecoupledTrainer:
                 losses.append(loss)
         self.optimizer.fast_worker.close()
         return losses
+
+    def evaluate(self, x: torch.Tensor | None, y: torch.Tensor | None, batch_size: int = 500) -> float:
+        """Accuracy of the pipeline's current model on ``(x, y)`` (collective: every rank calls it between steps;
+        stage 0 needs ``x``, the last stage ``y``, each replica its own part), on every rank. A forward pass only,
+        on channels of its own, so batches in flight in the training pipeline are not disturbed."""
+        correct = np.zeros(2)  # correct answers, examples: summed over the last stages of all replicas
+        if (self.stage == 0 and x is None) or (self.last and y is None):
+            raise ValueError("evaluate() needs x on stage 0 and y on the last stage")
+        with torch.no_grad():
+            start = 0
+            while True:
+                chunk = self._evaluations
+                self._evaluations += 1
+                if self.stage == 0:
+                    inputs = x[start : start + batch_size]
+                else:
+                    inputs = torch.from_numpy(self._evaluate_from.recv(chunk))
+                if len(inputs) == 0:
+                    if self._evaluate_to is not None:
+                        self._evaluate_to.send(inputs.numpy(), chunk)
+                    break
+                output = self.module(inputs)
+                if self._evaluate_to is not None:
+                    self._evaluate_to.send(np.ascontiguousarray(output.numpy()), chunk)
+                else:
+                    correct += [float((output.argmax(1) == y[start : start + len(inputs)]).sum()), len(inputs)]
+                start += len(inputs)
+        self.engine.allreduce(correct)
+        return float(correct[0] / correct[1])
 
     def _tick(self, x: torch.Tensor | None, schedule: Schedule | None = None) -> float | None:
         schedule = schedule or self.schedule

@@ -48,3 +48,4 @@ class PipelineTag(IntEnum):
 
     ACTIVATIONS = 60  # forward: stage k -> stage k + 1
     ERRORS = 62  # backward: the error gradient, stage k + 1 -> stage k
+    EVALUATION = 64  # forward only, between training ticks: stage k -> stage k + 1

@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pipeline_reference import init_layers, train
+from pipeline_reference import init_layers, stage_forward, train
 
 import fast_torch as fast
 from fast_core.engine.local import LocalCluster
+from fast_torch.pipeline_sync import SynchronousPipelineTrainer
 
 SIZES = [6, 8, 8, 5, 4]  # four dense layers
 BATCH, BATCHES, LR = 5, 7, 0.2
@@ -51,8 +52,19 @@ def _train(engine, stages: int, bounds: list[int]) -> dict:
         loss = trainer.step(torch.from_numpy(x), torch.from_numpy(y))
         losses += [] if loss is None else [loss]
     losses += trainer.finish()
-    params = {name: p.detach().numpy().copy() for name, p in trainer.module.named_parameters()}
-    return {"stage": trainer.stage, "replica": trainer.replica, "params": params, "losses": losses}
+    return {"stage": trainer.stage, "replica": trainer.replica, "params": _params(trainer), "losses": losses}
+
+
+def _params(trainer: fast.DecoupledTrainer) -> dict[str, np.ndarray]:
+    return {name: p.detach().numpy().copy() for name, p in trainer.module.named_parameters()}
+
+
+def _check(params: dict[str, np.ndarray], expected: list[list[np.ndarray]], first: int) -> None:
+    """A stage's parameters against the reference's layers (the stage's first layer is ``first``)."""
+    for name, value in params.items():
+        block, kind = int(name.split(".")[0]), name.split(".")[-1]
+        reference = expected[first + block][0].T if kind == "weight" else expected[first + block][1]
+        np.testing.assert_allclose(value, reference, rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 @pytest.mark.parametrize(
@@ -62,11 +74,7 @@ def test_every_parameter_follows_the_delayed_gradient_rule(stages: int, replicas
     results = LocalCluster(stages * replicas, timeout=30).run(_train, stages, bounds)
     expected, losses = train(init_layers(SIZES), bounds, _data(replicas), LR)
     for result in results:
-        first = bounds[result["stage"]]
-        for name, value in result["params"].items():
-            block, kind = int(name.split(".")[0]), name.split(".")[-1]
-            reference = expected[first + block][0].T if kind == "weight" else expected[first + block][1]
-            np.testing.assert_allclose(value, reference, rtol=1e-10, atol=1e-12, err_msg=f"{result} {name}")
+        _check(result["params"], expected, bounds[result["stage"]])
         if result["stage"] == stages - 1:
             assert len(result["losses"]) == BATCHES
     assert np.abs(expected[0][0] - init_layers(SIZES)[0][0]).max() > 1e-3  # the first stage did train
@@ -90,3 +98,50 @@ def _bad_inputs(engine) -> None:
 
 def test_bad_input_is_named_on_every_rank() -> None:
     LocalCluster(2, timeout=30).run(_bad_inputs)
+
+
+def _evaluate(engine) -> tuple[float, float]:
+    layers = init_layers(SIZES)
+    sgd = lambda params: torch.optim.SGD(params, lr=LR)  # noqa: E731 - a one-line factory
+    trainer = fast.DecoupledTrainer(_model(layers), 2, sgd, torch.nn.functional.cross_entropy, engine=engine)
+    rng = np.random.default_rng(5)
+    x, y = torch.from_numpy(rng.normal(size=(23, SIZES[0]))), torch.from_numpy(rng.integers(0, SIZES[-1], 23))
+    trainer.step(x[:BATCH], y[:BATCH])  # a batch in flight in the training pipeline
+    accuracy = trainer.evaluate(x, y, batch_size=10)
+    trainer.step(x[BATCH : 2 * BATCH], y[BATCH : 2 * BATCH])
+    trainer.finish()
+    return accuracy, trainer.evaluate(x, y, batch_size=7)
+
+
+def test_the_pipeline_evaluates_between_steps_without_disturbing_training() -> None:
+    results = LocalCluster(2, timeout=30).run(_evaluate)
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(23, SIZES[0])), rng.integers(0, SIZES[-1], 23)
+    logits, _ = stage_forward(init_layers(SIZES), x, last=True)
+    assert results[0][0] == results[1][0] == pytest.approx(np.mean(logits.argmax(1) == y))  # nothing updated yet
+    assert results[0][1] == results[1][1]
+
+
+def _synchronous(engine) -> dict:
+    trainer = SynchronousPipelineTrainer(
+        _model(init_layers(SIZES)),
+        2,
+        lambda params: torch.optim.SGD(params, lr=LR),
+        torch.nn.functional.cross_entropy,
+        split=[0, 2, 4],
+        engine=engine,
+        micro_batches=3,
+    )
+    for x, y in _data(1)[0]:
+        trainer.step(torch.from_numpy(x), torch.from_numpy(y))
+    trainer.finish()
+    return {
+        "stage": trainer.stage,
+        "params": {n: p.detach().numpy().copy() for n, p in trainer.module.named_parameters()},
+    }
+
+
+def test_the_synchronous_pipeline_trains_as_one_process_does() -> None:
+    expected, _ = train(init_layers(SIZES), [0, 4], _data(1), LR)  # no delay: plain SGD
+    for result in LocalCluster(2, timeout=30).run(_synchronous):
+        _check(result["params"], expected, 2 * result["stage"])
