@@ -4,8 +4,9 @@ tests/jax_adapter/jax_cases.py say only how to train once).
 
 Run under ``mpiexec -n 4 python -m mpi4py <script> [--epochs E] [strategy ...]``: all-reduce trains first, then each
 strategy (an asynchronous one that misses trains once more: its result depends on timing, and 4 ranks sharing 2
-busy cores once left async:torus at 0.950 against its usual 0.969-0.986); rank 0 prints ``<strategy>: test accuracy A (S s) <verdict>`` per strategy and a final ``N passed, M
-failed`` line, and a failure raises on every rank, so ``python -m mpi4py`` aborts the job (exit code != 0).
+busy cores once left async:torus at 0.950 against its usual 0.969-0.986); rank 0 prints ``<strategy>: test
+accuracy A (S s) <verdict>`` per strategy and a final ``N passed, M failed`` line, and a failure raises on every
+rank, so ``python -m mpi4py`` aborts the job (exit code != 0).
 """
 
 from __future__ import annotations
