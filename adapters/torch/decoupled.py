@@ -16,6 +16,7 @@ by default, D-PSGD, asynchronous averaging... With K = 1 it is plain data parall
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
@@ -35,7 +36,8 @@ class DecoupledTrainer:
     """This rank's stage of a K x D grid: its layers, optimizer, channels to the neighbouring stages, and its
     replicas' FAST strategy.
 
-    ``split``: "parameters" balances the stages' parameter counts, or give the K + 1 layer boundaries. Every rank
+    ``split``: "parameters" balances the stages' parameter counts, a sample batch (a tensor) their forward and
+    backward time measured on it (rank 0's measurement for all), or give the K + 1 layer boundaries. Every rank
     builds the whole model the same way (the same seed) and keeps its stage's layers; a stage's replicas start
     from their group's rank 0.
     """
@@ -48,7 +50,7 @@ class DecoupledTrainer:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         strategy: Strategy | str | None = None,
         *,
-        split: str | Sequence[int] = "parameters",
+        split: str | Sequence[int] | torch.Tensor = "parameters",
         engine: Engine | None = None,
     ) -> None:
         layers = list(model)
@@ -56,7 +58,9 @@ class DecoupledTrainer:
         self.engine = engine
         self.grid = grid = Grid(engine.size, stages)
         self.stage, self.replica = grid.stage(engine.rank), grid.replica(engine.rank)
-        self.bounds = _bounds(layers, stages, split)
+        bounds = np.array(_bounds(layers, stages, split), dtype=np.int64)
+        engine.broadcast(bounds, 0)  # measured times differ between ranks: rank 0's split for all
+        self.bounds = [int(b) for b in bounds]
         self.module = torch.nn.Sequential(*layers[self.bounds[self.stage] : self.bounds[self.stage + 1]])
         self.loss_fn = loss_fn
         self.schedule = Schedule(stages)
@@ -181,13 +185,36 @@ class DecoupledTrainer:
         return loss
 
 
-def _bounds(layers: list[torch.nn.Module], stages: int, split: str | Sequence[int]) -> list[int]:
+def _bounds(layers: list[torch.nn.Module], stages: int, split: str | Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(split, torch.Tensor):
+        return balanced_split(_layer_seconds(layers, split), stages)
     if isinstance(split, str):
         if split != "parameters":
-            raise ValueError(f"split={split!r}: give 'parameters' or the stages' layer boundaries [0, ..., n]")
+            raise ValueError(
+                f"split={split!r}: give 'parameters', a sample batch (a tensor) to time the layers on, or the stages' "
+                "layer boundaries [0, ..., n]"
+            )
         costs = [sum(p.numel() for p in layer.parameters() if p.requires_grad) for layer in layers]
         return balanced_split(costs, stages)
     bounds = [int(b) for b in split]
     if len(bounds) != stages + 1 or bounds[0] != 0 or bounds[-1] != len(layers) or bounds != sorted(set(bounds)):
         raise ValueError(f"split={list(split)} must rise from 0 to {len(layers)} in {stages + 1} distinct boundaries")
     return bounds
+
+
+def _layer_seconds(layers: list[torch.nn.Module], sample: torch.Tensor, repeats: int = 5) -> list[float]:
+    """Each layer's forward and backward time on ``sample`` passed through the layers before it (median)."""
+    seconds = []
+    inputs = sample
+    for layer in layers:
+        given = inputs.detach().requires_grad_(inputs.is_floating_point())
+        times = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            output = layer(given)
+            output.float().square().mean().backward()
+            times.append(time.perf_counter() - begin)
+        layer.zero_grad(set_to_none=True)
+        seconds.append(sorted(times)[repeats // 2])
+        inputs = output
+    return seconds

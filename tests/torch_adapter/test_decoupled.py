@@ -11,6 +11,7 @@ from pipeline_reference import init_layers, stage_forward, train
 
 import fast_torch as fast
 from fast_core.engine.local import LocalCluster
+from fast_torch import DecoupledTrainer
 from fast_torch.pipeline_sync import SynchronousPipelineTrainer
 
 SIZES = [6, 8, 8, 5, 4]  # four dense layers
@@ -145,3 +146,16 @@ def test_the_synchronous_pipeline_trains_as_one_process_does() -> None:
     expected, _ = train(init_layers(SIZES), [0, 4], _data(1), LR)  # no delay: plain SGD
     for result in LocalCluster(2, timeout=30).run(_synchronous):
         _check(result["params"], expected, 2 * result["stage"])
+
+
+def _timed_split(engine) -> list[int]:
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8), torch.nn.Linear(8, 600), torch.nn.Linear(600, 600), torch.nn.Linear(600, 8)]
+    sgd = lambda params: torch.optim.SGD(params, lr=LR)  # noqa: E731 - a one-line factory
+    sample = torch.randn(256, 8)
+    return DecoupledTrainer(layers, 2, sgd, torch.nn.functional.mse_loss, split=sample, engine=engine).bounds
+
+
+def test_a_sample_batch_splits_by_measured_time_the_same_on_every_rank() -> None:
+    first, second = LocalCluster(2, timeout=60).run(_timed_split)
+    assert first == second and first[0] == 0 and first[-1] == 4 and first[1] in (2, 3)  # the 600x600 layer weighs most
