@@ -78,9 +78,6 @@ class DecoupledTrainer:
         self._to_next = Channel(engine, following, PipelineTag.ACTIVATIONS) if following is not None else None
         self._from_next = Channel(engine, following, PipelineTag.ERRORS) if following is not None else None
         self._to_previous = Channel(engine, previous, PipelineTag.ERRORS) if previous is not None else None
-        self._evaluate_from = Channel(engine, previous, PipelineTag.EVALUATION) if previous is not None else None
-        self._evaluate_to = Channel(engine, following, PipelineTag.EVALUATION) if following is not None else None
-        self._evaluations = 0
         self._stash: deque[tuple[int, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = deque()
         """(batch, input, output with its graph, the weights that graph holds) of each batch in flight"""
         self._labels: deque[tuple[int, torch.Tensor]] = deque()
@@ -107,8 +104,17 @@ class DecoupledTrainer:
             loss = self._tick(None, fed)
             if loss is not None:
                 losses.append(loss)
-        self.optimizer.fast_worker.close()
+        self.close()
         return losses
+
+    def close(self) -> None:
+        """Close the replicas' worker and the channels, and release the replica group's engine (collective;
+        ``finish`` calls it). ``evaluate`` still works afterwards."""
+        self.optimizer.fast_worker.close()
+        for channel in (self._from_previous, self._to_next, self._from_next, self._to_previous):
+            if channel is not None:
+                channel.close()
+        self.group.free()
 
     def evaluate(self, x: torch.Tensor | None, y: torch.Tensor | None, batch_size: int = 500) -> float:
         """Accuracy of the pipeline's current model on ``(x, y)`` (collective: every rank calls it between steps;
@@ -117,25 +123,30 @@ class DecoupledTrainer:
         correct = np.zeros(2)  # correct answers, examples: summed over the last stages of all replicas
         if (self.stage == 0 and x is None) or (self.last and y is None):
             raise ValueError("evaluate() needs x on stage 0 and y on the last stage")
+        previous, following = self.grid.previous(self.engine.rank), self.grid.next(self.engine.rank)
+        receive = Channel(self.engine, previous, PipelineTag.EVALUATION) if previous is not None else None
+        send = Channel(self.engine, following, PipelineTag.EVALUATION) if following is not None else None
         with torch.no_grad():
-            start = 0
+            start = chunk = 0
             while True:
-                chunk = self._evaluations
-                self._evaluations += 1
+                chunk += 1
                 if self.stage == 0:
                     inputs = x[start : start + batch_size]
                 else:
-                    inputs = torch.from_numpy(self._evaluate_from.recv(chunk))
+                    inputs = torch.from_numpy(receive.recv(chunk))
                 if len(inputs) == 0:
-                    if self._evaluate_to is not None:
-                        self._evaluate_to.send(inputs.numpy(), chunk)
+                    if send is not None:
+                        send.send(inputs.numpy(), chunk)
                     break
                 output = self.module(inputs)
-                if self._evaluate_to is not None:
-                    self._evaluate_to.send(np.ascontiguousarray(output.numpy()), chunk)
+                if send is not None:
+                    send.send(np.ascontiguousarray(output.numpy()), chunk)
                 else:
                     correct += [float((output.argmax(1) == y[start : start + len(inputs)]).sum()), len(inputs)]
                 start += len(inputs)
+        for channel in (receive, send):  # everything was received: the empty chunk ended the stream
+            if channel is not None:
+                channel.close()
         self.engine.allreduce(correct)
         return float(correct[0] / correct[1])
 

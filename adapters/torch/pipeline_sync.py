@@ -58,5 +58,5 @@ class SynchronousPipelineTrainer(DecoupledTrainer):
 
     def finish(self) -> list[float]:
         """Nothing is in flight between steps; closes the replicas' worker."""
-        self.optimizer.fast_worker.close()
+        self.close()
         return []

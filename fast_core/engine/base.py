@@ -171,6 +171,11 @@ class Engine(ABC):
             "(or implement Engine.split for it)"
         )
 
+    def free(self) -> None:  # noqa: B027 - most engines hold nothing to release
+        """Release what the engine holds (the MPI communicators it made; collective there), once it is no longer
+        used: an engine from ``split`` or ``dup`` that lives until the end would otherwise be reported pending at
+        MPI_Finalize."""
+
     def record_wait(self, seconds: float) -> None:  # noqa: B027 - a metering engine counts it
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
 

@@ -162,6 +162,9 @@ class MeteredEngine(Engine):
         """The inner engine's split, metered into the same ``metrics`` (a stage's averaging is training traffic)."""
         return MeteredEngine(self.inner.split(color), self.metrics, self._meter)
 
+    def free(self) -> None:
+        self.inner.free()
+
     def check_alive(self) -> None:
         self.inner.check_alive()
 

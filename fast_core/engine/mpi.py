@@ -159,6 +159,13 @@ class MPIEngine(Engine):
         check_color(color)
         return MPIEngine(self.comm.Split(int(color), self.rank), self.timeout)
 
+    def free(self) -> None:
+        for comm in (self._kind_comms or {}).values():
+            comm.Free()
+        self._kind_comms = None
+        if self.comm != self._MPI.COMM_WORLD and self.comm != self._MPI.COMM_NULL:
+            self.comm.Free()
+
     def wait_all(self, requests: Iterable[Request], timeout: float | None = None) -> None:
         """As Engine.wait_all, but polls all requests with one MPI Testall: a fraction of the Python cost."""
         pending = [r for r in requests if not r.done]

@@ -4,9 +4,13 @@ parameter of every stage after the whole schedule, for K x D = 1 x 4 (plain data
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from mpirun import run_mpi
 from pipeline_reference import init_layers, stage_forward, train
 
 import fast_torch as fast
@@ -159,3 +163,13 @@ def _timed_split(engine) -> list[int]:
 def test_a_sample_batch_splits_by_measured_time_the_same_on_every_rank() -> None:
     first, second = LocalCluster(2, timeout=60).run(_timed_split)
     assert first == second and first[0] == 0 and first[-1] == 4 and first[1] in (2, 3)  # the 600x600 layer weighs most
+
+
+@pytest.mark.mpi
+def test_the_benchmark_trains_decoupled_stages_on_four_mpi_ranks() -> None:
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "decoupled.py"
+    small = ["--epochs", "2", "--width", "64", "--depth", "4", "--batch", "64", "--lr", "0.05", "--momentum", "0"]
+    output = run_mpi(4, script, "--worker", "--layout", "2x2", *small, timeout=120)
+    result = json.loads(output.strip().splitlines()[-1])
+    assert result["layout"] == "2x2" and result["test_accuracy"] > 0.8, output  # MNIST, 2 epochs: 0.881 here
+    assert len(result["curve"]) == 2 and result["curve"][1][1] > result["curve"][0][1]
