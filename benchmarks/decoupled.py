@@ -7,7 +7,8 @@ epochs with a global batch of ``--batch`` samples per step, SGD with momentum, b
 - ``1x4``: plain data parallelism (one stage, 4 replicas, all-reduce of the gradients);
 - ``2x2``, ``4x1``: ``fast_torch.DecoupledTrainer`` with K stages of D replicas (each replica a batch of
   ``batch / D``; stage k's gradients 2 (K - 1 - k) steps old; the replicas of a stage all-reduce);
-- ``gpipe``: ``SynchronousPipelineTrainer``, 4 stages, the batch in 4 micro-batches, no delay.
+- ``gpipe``: ``SynchronousPipelineTrainer``, 4 stages, the batch in 4 micro-batches, no delay;
+- ``4x1w2`` (any ``KxDwW``): K x D with at most W batches in flight (each gradient at most W - 1 updates old).
 
 Every layout takes the same optimizer steps on the same global batches, so their accuracies differ only by the
 delay. Job samples/s is all samples over the job's wall-clock (the common start to the last rank's stop, the
@@ -77,6 +78,7 @@ def worker(args: argparse.Namespace) -> None:
     engine = fast_core.init()
     (x_train, y_train), (x_val, y_val), (x_test, y_test) = mnist()
     stages = 4 if args.layout == "gpipe" else int(args.layout.split("x")[0])
+    window = int(args.layout.split("w")[1]) if "w" in args.layout else None  # 4x1w2: at most 2 batches in flight
     replicas = engine.size // stages
     model = build(args.width, args.depth, x_train.shape[1], int(y_train.max()) + 1)
     options = dict(
@@ -88,7 +90,7 @@ def worker(args: argparse.Namespace) -> None:
     if args.layout == "gpipe":
         trainer = SynchronousPipelineTrainer(model, stages, micro_batches=4, **options)
     else:
-        trainer = DecoupledTrainer(model, stages, **options)
+        trainer = DecoupledTrainer(model, stages, window=window, **options)
     local = args.batch // replicas
     steps = len(y_train) // args.batch
     evaluated, curve = 0.0, []
@@ -179,7 +181,7 @@ def costs(args, trainer, model, engine, x, y) -> dict[str, float]:
 
 def predicted(costs: dict[str, float], layout: str) -> float | None:
     """The cost model's speed-up of ``layout`` over plain data parallelism (1x4)."""
-    if layout == "gpipe" or costs is None:
+    if layout == "gpipe" or "w" in layout or costs is None:
         return None
     stages = int(layout.split("x")[0])
     if stages == 1:

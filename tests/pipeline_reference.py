@@ -66,6 +66,7 @@ def train(
     bounds: Sequence[int],
     batches: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
     lr: float,
+    window: int | None = None,
 ) -> tuple[list[Layer], list[float]]:
     """Train ``layers`` (copied) split at ``bounds`` on ``batches[replica][i]`` with the decoupled rule; returns
     the layers and the last stage's loss of each batch (averaged over replicas)."""
@@ -74,7 +75,7 @@ def train(
     count = len(batches[0])
     layers = [[a.copy() for a in layer] for layer in layers]
     own = [list(range(bounds[k], bounds[k + 1])) for k in range(stages)]
-    schedule = Schedule(stages, count)
+    schedule = Schedule(stages, count, window)
     forwarded: dict[tuple[int, int], np.ndarray] = {}  # (stage receiving, batch) -> [replicas] activations
     returned: dict[tuple[int, int], np.ndarray] = {}  # (stage receiving, batch) -> [replicas] gradients
     stash: dict[tuple[int, int], list] = {}

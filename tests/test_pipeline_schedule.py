@@ -66,3 +66,22 @@ def test_the_split_minimises_the_slowest_stage(seed: int) -> None:
 def test_a_split_into_more_stages_than_layers_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot split 2 layers into 3"):
         balanced_split([1.0, 2.0], 3)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 5, None])
+def test_a_window_bounds_batches_in_flight_and_staleness(window: int | None) -> None:
+    schedule = Schedule(stages=3, batches=11, window=window)
+    for k in range(3):
+        forwards = {schedule.forward_batch(k, t): t for t in range(schedule.ticks)}
+        backwards = {schedule.backward_batch(k, t): t for t in range(schedule.ticks)}
+        forwards.pop(None, None)
+        backwards.pop(None, None)
+        assert sorted(forwards) == sorted(backwards) == list(range(11))
+        for batch in range(11):  # updates between this batch's forward (before the tick's update) and backward
+            between = [b for b, t in backwards.items() if forwards[batch] <= t < backwards[batch] and b != batch]
+            assert len(between) <= schedule.staleness(k)
+        in_flight = max(
+            sum(forwards[b] <= t < backwards[b] + (k == 0) for b in range(11)) for t in range(schedule.ticks)
+        )
+        assert k > 0 or in_flight <= schedule.in_flight
+    assert schedule.staleness(0) == (4 if window is None else min(4, window - 1))

@@ -36,8 +36,10 @@ class DecoupledTrainer:
     """This rank's stage of a K x D grid: its layers, optimizer, channels to the neighbouring stages, and its
     replicas' FAST strategy.
 
-    ``split``: "parameters" balances the stages' parameter counts, a sample batch (a tensor) their forward and
-    backward time measured on it (rank 0's measurement for all), or give the K + 1 layer boundaries. Every rank
+    ``window``: at most that many batches in flight, which bounds each stage's gradient to ``window - 1`` updates
+    old (``fast_core.pipeline.schedule``); None runs the full pipeline. ``split``: "parameters" balances the
+    stages' parameter counts, a sample batch (a tensor) their forward and backward time measured on it (rank 0's
+    measurement for all), or give the K + 1 layer boundaries. Every rank
     builds the whole model the same way (the same seed) and keeps its stage's layers; a stage's replicas start
     from their group's rank 0.
     """
@@ -51,6 +53,7 @@ class DecoupledTrainer:
         strategy: Strategy | str | None = None,
         *,
         split: str | Sequence[int] | torch.Tensor = "parameters",
+        window: int | None = None,
         engine: Engine | None = None,
     ) -> None:
         layers = list(model)
@@ -63,7 +66,7 @@ class DecoupledTrainer:
         self.bounds = [int(b) for b in bounds]
         self.module = torch.nn.Sequential(*layers[self.bounds[self.stage] : self.bounds[self.stage + 1]])
         self.loss_fn = loss_fn
-        self.schedule = Schedule(stages)
+        self.schedule = Schedule(stages, window=window)
         self.last = self.stage == stages - 1
         self.group = replica_group(engine, grid)
         params = [p for p in self.module.parameters() if p.requires_grad]
@@ -86,20 +89,25 @@ class DecoupledTrainer:
 
     def step(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> float | None:
         """One tick with the next batch (``x`` used by stage 0, ``y`` by the last stage; others may pass None).
-        Returns the loss of the batch the last stage backpropagated in this tick, else None."""
+        Returns the loss of the last batch the last stage backpropagated in the ticks this call ran, else None."""
         if self.stage == 0 and x is None:
             raise ValueError("stage 0 reads the data: pass the batch's inputs x to step()")
         if self.last and y is None:
             raise ValueError("the last stage computes the loss: pass the batch's targets y to step()")
         if self.last:
             self._labels.append((self.batches, y))
+        feed = self.schedule.feed_tick(self.batches)
         self.batches += 1
-        return self._tick(x)
+        loss = None
+        while self.tick <= feed:  # under a window, ticks where stage 0 waits for its batches to come back first
+            finished = self._tick(x if self.tick == feed else None)
+            loss = finished if finished is not None else loss
+        return loss
 
     def finish(self) -> list[float]:
         """Run the ticks that backpropagate the batches still in flight (no new batch); the losses they give."""
         losses = []
-        fed = Schedule(self.schedule.stages, self.batches)
+        fed = Schedule(self.schedule.stages, self.batches, self.schedule.window)
         while self.tick < fed.ticks:
             loss = self._tick(None, fed)
             if loss is not None:

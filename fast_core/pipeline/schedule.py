@@ -24,24 +24,53 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Schedule:
-    """The tick schedule of ``stages`` stages over ``batches`` batches (None: an endless stream)."""
+    """The tick schedule of ``stages`` stages over ``batches`` batches (None: an endless stream).
+
+    ``window``: at most that many batches in flight (forwarded by stage 0, not yet backpropagated there), which
+    bounds every stage's staleness to ``window - 1`` updates; None (or 2K - 1 and above) is the full pipeline. Stage
+    0 then feeds ``window`` batches in a row and waits until its first comes back: a period of 2K - 1 ticks holds
+    ``window`` batches, so the pipeline trades speed for fresher gradients (``window=1``: no delay at all, the
+    gradient of plain training, one stage busy at a time).
+    """
 
     stages: int
     batches: int | None = None
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.stages < 1:
             raise ValueError(f"a pipeline needs at least one stage, got stages={self.stages}")
         if self.batches is not None and self.batches < 0:
             raise ValueError(f"batches must be >= 0 or None, got {self.batches}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1 batch in flight (or None for the full pipeline), got {self.window}")
+
+    @property
+    def period(self) -> int:
+        """Ticks from a batch's feeding to its last backward pass, plus one: 2K - 1."""
+        return 2 * self.stages - 1
+
+    @property
+    def in_flight(self) -> int:
+        """The most batches in flight at once."""
+        return self.period if self.window is None else min(self.window, self.period)
 
     def delay(self, stage: int) -> int:
         """Ticks between stage ``stage``'s forward and backward pass of one batch."""
         self._check(stage)
         return 2 * (self.stages - 1 - stage)
 
+    def staleness(self, stage: int) -> int:
+        """Updates stage ``stage`` makes between its forward and backward pass of one batch, at most."""
+        return min(self.delay(stage), self.in_flight - 1)
+
+    def feed_tick(self, batch: int) -> int:
+        """The tick at which stage 0 forwards ``batch``."""
+        group, index = divmod(batch, self.in_flight)
+        return group * self.period + index
+
     def forward_batch(self, stage: int, tick: int) -> int | None:
-        """The batch ``stage`` forwards at ``tick``, or None (the pipeline is filling or drained)."""
+        """The batch ``stage`` forwards at ``tick``, or None (the pipeline is filling, waiting or drained)."""
         return self._batch(tick - stage)
 
     def backward_batch(self, stage: int, tick: int) -> int | None:
@@ -51,12 +80,19 @@ class Schedule:
     @property
     def ticks(self) -> int | None:
         """Ticks until every batch has been backpropagated by every stage (None for an endless stream)."""
-        return None if self.batches is None else self.batches + 2 * (self.stages - 1) if self.batches else 0
-
-    def _batch(self, index: int) -> int | None:
-        if index < 0 or (self.batches is not None and index >= self.batches):
+        if self.batches is None:
             return None
-        return index
+        return self.feed_tick(self.batches - 1) + 2 * (self.stages - 1) + 1 if self.batches else 0
+
+    def _batch(self, offset: int) -> int | None:
+        """The batch stage 0 fed at tick ``offset``, if any."""
+        if offset < 0:
+            return None
+        group, index = divmod(offset, self.period)
+        if index >= self.in_flight:
+            return None
+        batch = group * self.in_flight + index
+        return None if self.batches is not None and batch >= self.batches else batch
 
     def _check(self, stage: int) -> None:
         if not 0 <= stage < self.stages:

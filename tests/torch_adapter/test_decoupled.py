@@ -173,3 +173,31 @@ def test_the_benchmark_trains_decoupled_stages_on_four_mpi_ranks() -> None:
     result = json.loads(output.strip().splitlines()[-1])
     assert result["layout"] == "2x2" and result["test_accuracy"] > 0.8, output  # MNIST, 2 epochs: 0.881 here
     assert len(result["curve"]) == 2 and result["curve"][1][1] > result["curve"][0][1]
+
+
+def _windowed(engine, window: int) -> dict:
+    trainer = DecoupledTrainer(
+        _model(init_layers(SIZES)),
+        3,
+        lambda params: torch.optim.SGD(params, lr=LR),
+        torch.nn.functional.cross_entropy,
+        split=[0, 1, 3, 4],
+        window=window,
+        engine=engine,
+    )
+    for x, y in _data(1)[0]:
+        trainer.step(torch.from_numpy(x), torch.from_numpy(y))
+    trainer.finish()
+    return {"stage": trainer.stage, "params": _params(trainer)}
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_a_window_bounds_the_delay_and_window_one_is_plain_training(window: int) -> None:
+    bounds = [0, 1, 3, 4]
+    expected, _ = train(init_layers(SIZES), bounds, _data(1), LR, window=window)
+    if window == 1:  # no batch overtakes another: the gradient of plain SGD
+        plain, _ = train(init_layers(SIZES), [0, 4], _data(1), LR)
+        for mine, reference in zip(expected, plain, strict=True):
+            np.testing.assert_allclose(mine[0], reference[0], rtol=1e-12, atol=1e-14)
+    for result in LocalCluster(3, timeout=30).run(_windowed, window):
+        _check(result["params"], expected, bounds[result["stage"]])
