@@ -6,7 +6,7 @@ topology repeats with a period: the graph at step t is the graph at t % period.
 
 Modules: ``base`` (the Topology class and its queries), ``matrix`` (stochasticity, spectral gap), ``weights``
 (uniform and Metropolis-Hastings rules), ``builtin`` (ring, torus, hypercube, exponential, ...), ``finite_time``
-(Base-(k+1) graphs: exact average in finite time for any size), ``custom``
+(Base-(k+1) graphs and k-peer exponential graphs: exact average in finite time), ``custom``
 (edge lists, adjacency matrices, networkx graphs), ``registry`` (names and ``make_topology``), ``checks``
 (argument validation and TopologyError).
 """
@@ -14,20 +14,10 @@ Modules: ``base`` (the Topology class and its queries), ``matrix`` (stochasticit
 from __future__ import annotations
 
 from .base import Edge, Topology
-from .builtin import (
-    complete,
-    exponential,
-    hypercube,
-    k_peer_exponential,
-    one_peer_exponential,
-    ring,
-    star,
-    torus_2d,
-    torus_3d,
-)
+from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
 from .checks import WEIGHT_RULES, TopologyError
 from .custom import from_adjacency, from_edges, from_networkx
-from .finite_time import base_graph
+from .finite_time import base_graph, k_peer_exponential
 from .matrix import is_column_stochastic, is_doubly_stochastic, is_row_stochastic, spectral_gap
 from .registry import TOPOLOGIES, make_topology
 

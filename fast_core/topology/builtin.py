@@ -8,7 +8,7 @@ import operator
 import numpy as np
 
 from .base import Edge, Phase, Topology
-from .checks import TopologyError, checked_peers, checked_rank, checked_size
+from .checks import TopologyError, checked_rank, checked_size
 from .weights import both_ways, weighted_phase
 
 
@@ -107,7 +107,7 @@ def exponential(size: int, weights: str = "uniform") -> Topology:
     return _static("exponential", size, {(j, i) for j, i in edges if j != i}, weights)
 
 
-def _peer_phases(size: int, k: int, weights: str) -> list[Phase]:
+def peer_phases(size: int, k: int, weights: str) -> list[Phase]:
     """One phase per base-(k+1) digit t: rank i sends to (i + m (k+1)^t) mod size for m = 1..k."""
     hops = [(k + 1) ** t for t in range(max(1, _digits(size, k + 1)))]
     phases = []
@@ -131,22 +131,7 @@ def one_peer_exponential(size: int, weights: str = "uniform") -> Topology:
     For a power-of-two size, tau = log2(size) consecutive rounds with weights 1/2 average exactly.
     """
     size = checked_size(size)
-    return Topology("one_peer_exponential", _peer_phases(size, 1, weights), weights=weights)
-
-
-def k_peer_exponential(size: int, k: int = 1, weights: str = "uniform") -> Topology:
-    """k-peer exponential graph: at step t rank i sends to (i + m (k+1)^(t % tau)) mod size, m = 1..k.
-
-    A faithful generalisation of the one-peer exponential graph of Ying et al. 2021 (k = 1 is exactly ``exp1``),
-    not a graph from that paper: with uniform weights 1/(k+1) each round multiplies by
-    (I + P^h + ... + P^(k h)) / (k+1) for the cyclic shift P and h = (k+1)^t, so tau = ceil(log_{k+1} size)
-    rounds give (1/N) sum_s P^s = 11^T/N, the exact average, when size is a power of k+1. For k + 1 = 2^r one
-    round is r consecutive one-peer rounds merged (hops: the sums of r consecutive powers of two). Hops 2^j for k
-    consecutive j with k peers cannot average exactly in general (N = 4, k = 2: no weights work), hence base k+1.
-    """
-    size = checked_size(size)
-    k = checked_peers(k)
-    return Topology("k_peer_exponential", _peer_phases(size, k, weights), weights=weights, k=k)
+    return Topology("one_peer_exponential", peer_phases(size, 1, weights), weights=weights)
 
 
 def complete(size: int, weights: str = "uniform") -> Topology:

@@ -1,4 +1,6 @@
-"""Base-(k+1) graphs (Takezawa et al., NeurIPS 2023): exact average in finite time over any number of ranks.
+"""Topologies that average exactly in finite time: Base-(k+1) graphs and the k-peer exponential graph.
+
+Base-(k+1) graphs (Takezawa et al., NeurIPS 2023): exact average in finite time over any number of ranks.
 
 A sequence of undirected graphs in which every rank talks to at most k peers per step, and whose mixing matrices
 multiply, over one period, to exactly 11^T/N for every N (the exponential graphs manage that only for N a power of
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Phase, Topology
+from .builtin import peer_phases
 from .checks import TopologyError, checked_peers, checked_size
 
 Block = tuple[list[int], np.ndarray]
@@ -164,3 +167,18 @@ def base_graph(size: int, k: int = 1, weights: str = "uniform") -> Topology:
         )
     rounds = base_rounds(size, k) or [[]]
     return Topology("base", [_phase(size, blocks) for blocks in rounds], weights=weights, k=k)
+
+
+def k_peer_exponential(size: int, k: int = 1, weights: str = "uniform") -> Topology:
+    """k-peer exponential graph: at step t rank i sends to (i + m (k+1)^(t % tau)) mod size, m = 1..k.
+
+    A faithful generalisation of the one-peer exponential graph of Ying et al. 2021 (k = 1 is exactly ``exp1``),
+    not a graph from that paper: with uniform weights 1/(k+1) each round multiplies by
+    (I + P^h + ... + P^(k h)) / (k+1) for the cyclic shift P and h = (k+1)^t, so tau = ceil(log_{k+1} size)
+    rounds give (1/N) sum_s P^s = 11^T/N, the exact average, when size is a power of k+1. For k + 1 = 2^r one
+    round is r consecutive one-peer rounds merged (hops: the sums of r consecutive powers of two). Hops 2^j for k
+    consecutive j with k peers cannot average exactly in general (N = 4, k = 2: no weights work), hence base k+1.
+    """
+    size = checked_size(size)
+    k = checked_peers(k)
+    return Topology("k_peer_exponential", peer_phases(size, k, weights), weights=weights, k=k)

@@ -10,20 +10,10 @@ from functools import partial
 import networkx as nx
 
 from .base import Topology
-from .builtin import (
-    complete,
-    exponential,
-    hypercube,
-    k_peer_exponential,
-    one_peer_exponential,
-    ring,
-    star,
-    torus_2d,
-    torus_3d,
-)
+from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
 from .checks import TopologyError, checked_size
 from .custom import from_networkx
-from .finite_time import base_graph
+from .finite_time import base_graph, k_peer_exponential
 
 TOPOLOGIES: dict[str, Callable[..., Topology]] = {
     "ring": ring,
