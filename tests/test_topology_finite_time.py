@@ -202,7 +202,8 @@ def test_errors_say_what_to_change(call, pattern: str) -> None:
 
 def test_fast_topology_describes_a_finite_time_topology() -> None:
     text = describe(make_topology("base", 6, k=1), step=2)
-    assert "base k=1: 6 ranks" in text and "time-varying with period 4 (step 2 shown)" in text
+    assert "base k=1: 6 ranks, Base-(k+1) construction weights" in text
+    assert "time-varying with period 4 (step 2 shown)" in text
     assert "spectral gap of one period W(3)...W(0): 1.0000" in text
     assert "exact average after one period (4 steps): yes" in text
     assert "most in-neighbours of a rank in a step of the period: 1" in text

@@ -52,7 +52,7 @@ def describe(topology: Topology, step: int) -> str:
     degree = str(degrees[0]) if min(degrees) == max(degrees) else f"{min(degrees)} to {max(degrees)}"
     lines = [
         f"{' '.join([topology.name, *(f'{k}={v}' for k, v in topology.params.items())])}: {topology.size} ranks, "
-        f"{topology.weights} weights"
+        f"{'Base-(k+1) construction' if topology.name == 'base' else topology.weights} weights"
         + (f", time-varying with period {topology.period} (step {step} shown)" if topology.is_dynamic else ""),
         f"degree (in-neighbours per rank): {degree}",
         f"spectral gap 1 - |lambda_2(W)|: {topology.spectral_gap(step):.4f}",
