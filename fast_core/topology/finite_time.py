@@ -10,12 +10,13 @@ two). Three pieces, each a list of rounds, a round being disjoint blocks (ranks,
   largest factors f_l <= k+1 first; round l averages each group of f_l ranks that differ only in digit l of the
   mixed-radix numbering (weights 1/f_l): L rounds.
 - the simple Base-(k+1) graph over any n: n written in base k+1 as the parts a_l (k+1)^(p_l), p_1 > p_2 > ...;
-  every part averages inside (hyper-hypercube), then part by part, every rank of the later parts pairs with one
+  every part averages inside (hyper-hypercube; a part with fewer rounds repeats its own, as the authors' code
+  does), then part by part, every rank of the later parts pairs with one
   rank of each of the a_l subgroups of part l (weights |V_l| / |V_l ∪ later parts| in all), so each subgroup of
   part l then holds the global mean in sum; a final hyper-hypercube inside each subgroup spreads it.
-- the Base-(k+1) graph: n = p q with p the largest divisor of n whose prime factors are <= k+1; the simple graph
-  inside p blocks of q ranks, then the hyper-hypercube over the p ranks with the same place in their blocks; or the
-  simple graph over all n when that is shorter.
+- the Base-(k+1) graph: n = s q with s the largest divisor of n whose prime factors are <= k+1; the simple graph
+  inside s blocks of q ranks, then the hyper-hypercube over the s ranks with the same place in their blocks; or the
+  simple graph over all n when that is strictly shorter.
 
 This follows the paper and the authors' code (github.com/yukiTakezawa/BaseGraph), written anew: the same rounds,
 weights and choice between the two constructions, and the same optional edges among the ranks left idle in a
@@ -157,7 +158,10 @@ def base_graph(size: int, k: int = 1, weights: str = "uniform") -> Topology:
     """The Base-(k+1) graph: at most k peers per rank and step, exact average after one period for any size.
 
     The weights are the construction's own (``weights`` only accepts the default, which every strategy passes).
-    The period is at most 2 log_{k+1}(size) + 2 steps (the paper's bound); one rank has a period of one step.
+    The period (steps to the exact average): the number of factors of the hyper-hypercube when every prime factor
+    of size is <= k+1; else for the simple graph 2 p + 1 + [a > 1], with a (k+1)^p the leading base-(k+1) digit of
+    size, and for the product form simple(q) + factors(s) (module docstring), whichever is shorter. It is at most
+    2 log_{k+1}(size) + 2 (the paper's bound); one rank has a period of one step that does nothing.
     """
     size = checked_size(size)
     k = checked_peers(k)
@@ -177,7 +181,8 @@ def k_peer_exponential(size: int, k: int = 1, weights: str = "uniform") -> Topol
     (I + P^h + ... + P^(k h)) / (k+1) for the cyclic shift P and h = (k+1)^t, so tau = ceil(log_{k+1} size)
     rounds give (1/N) sum_s P^s = 11^T/N, the exact average, when size is a power of k+1. For k + 1 = 2^r one
     round is r consecutive one-peer rounds merged (hops: the sums of r consecutive powers of two). Hops 2^j for k
-    consecutive j with k peers cannot average exactly in general (N = 4, k = 2: no weights work), hence base k+1.
+    consecutive j with weights 1/(k+1) do not average exactly in general (N = 4, k = 2: W = (I + P + P^2)/3 every
+    round, whose eigenvalues at P = -1, i, -i are never 0), hence base k+1.
     """
     size = checked_size(size)
     k = checked_peers(k)
