@@ -19,13 +19,18 @@ def add_parser(subparsers) -> None:
         "1 - |lambda_2(W)| (larger mixes faster), and optionally draw it.",
         epilog=f"topologies: {', '.join(sorted(TOPOLOGIES))}",
     )
-    parser.add_argument("name", help="e.g. ring, torus, torus3d, hypercube, exp, exp1, complete, star")
+    parser.add_argument("name", help="e.g. ring, torus, torus3d, hypercube, exp, exp1, expk, base, complete, star")
     parser.add_argument("-n", "--np", dest="workers", type=positive, required=True, help="number of ranks")
     parser.add_argument("--weights", default="uniform", choices=("uniform", "metropolis"), help="mixing weight rule")
     parser.add_argument(
-        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", help="e.g. shape=2x8 (torus), center=3"
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="e.g. shape=2x8 (torus), center=3 (star), k=2 (base, expk: peers per rank per step)",
     )
-    parser.add_argument("--step", type=int, default=0, help="which step of a time-varying topology (exp1)")
+    parser.add_argument("--step", type=int, default=0, help="which step of a time-varying topology (exp1, expk, base)")
     parser.add_argument("--plot", type=Path, metavar="OUT.png", help="draw the graph of that step into a PNG")
     parser.set_defaults(handler=main)
 
@@ -47,7 +52,7 @@ def describe(topology: Topology, step: int) -> str:
     degree = str(degrees[0]) if min(degrees) == max(degrees) else f"{min(degrees)} to {max(degrees)}"
     lines = [
         f"{' '.join([topology.name, *(f'{k}={v}' for k, v in topology.params.items())])}: {topology.size} ranks, "
-        f"{topology.weights} weights"
+        f"{'Base-(k+1) construction' if topology.name == 'base' else topology.weights} weights"
         + (f", time-varying with period {topology.period} (step {step} shown)" if topology.is_dynamic else ""),
         f"degree (in-neighbours per rank): {degree}",
         f"spectral gap 1 - |lambda_2(W)|: {topology.spectral_gap(step):.4f}",
@@ -56,7 +61,11 @@ def describe(topology: Topology, step: int) -> str:
         product = np.eye(topology.size)
         for k in range(topology.period):
             product = topology.mixing_matrix(k) @ product
+        peers = max(topology.degree(r, k) for r in range(topology.size) for k in range(topology.period))
+        exact = np.allclose(product, 1.0 / topology.size, rtol=0.0, atol=1e-12)
         lines.append(f"spectral gap of one period W({topology.period - 1})...W(0): {spectral_gap(product):.4f}")
+        lines.append(f"exact average after one period ({topology.period} steps): {'yes' if exact else 'no'}")
+        lines.append(f"most in-neighbours of a rank in a step of the period: {peers}")
     lines.append(f"W doubly stochastic (exact average preserved): {'yes' if is_doubly_stochastic(W) else 'no'}")
     lines.append("")
     lines.append(f"{'rank':>4}  {'self':>5}  in-neighbours (weight)  ->  out-neighbours")

@@ -5,7 +5,8 @@ on sender j's value (W[i, i] is the self weight), so one averaging round is x_ne
 topology repeats with a period: the graph at step t is the graph at t % period.
 
 Modules: ``base`` (the Topology class and its queries), ``matrix`` (stochasticity, spectral gap), ``weights``
-(uniform and Metropolis-Hastings rules), ``builtin`` (ring, torus, hypercube, exponential, ...), ``custom``
+(uniform and Metropolis-Hastings rules), ``builtin`` (ring, torus, hypercube, exponential, ...), ``finite_time``
+(Base-(k+1) graphs and k-peer exponential graphs: exact average in finite time), ``custom``
 (edge lists, adjacency matrices, networkx graphs), ``registry`` (names and ``make_topology``), ``checks``
 (argument validation and TopologyError).
 """
@@ -16,6 +17,7 @@ from .base import Edge, Topology
 from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
 from .checks import WEIGHT_RULES, TopologyError
 from .custom import from_adjacency, from_edges, from_networkx
+from .finite_time import base_graph, k_peer_exponential
 from .matrix import is_column_stochastic, is_doubly_stochastic, is_row_stochastic, spectral_gap
 from .registry import TOPOLOGIES, make_topology
 
@@ -25,6 +27,7 @@ __all__ = [
     "Edge",
     "Topology",
     "TopologyError",
+    "base_graph",
     "complete",
     "exponential",
     "from_adjacency",
@@ -34,6 +37,7 @@ __all__ = [
     "is_column_stochastic",
     "is_doubly_stochastic",
     "is_row_stochastic",
+    "k_peer_exponential",
     "make_topology",
     "one_peer_exponential",
     "ring",

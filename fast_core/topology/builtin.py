@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 
-from .base import Edge, Topology
+from .base import Edge, Phase, Topology
 from .checks import TopologyError, checked_rank, checked_size
 from .weights import both_ways, weighted_phase
 
@@ -107,18 +107,31 @@ def exponential(size: int, weights: str = "uniform") -> Topology:
     return _static("exponential", size, {(j, i) for j, i in edges if j != i}, weights)
 
 
+def peer_phases(size: int, k: int, weights: str) -> list[Phase]:
+    """One phase per base-(k+1) digit t: rank i sends to (i + m (k+1)^t) mod size for m = 1..k."""
+    hops = [(k + 1) ** t for t in range(max(1, _digits(size, k + 1)))]
+    phases = []
+    for hop in hops:
+        edges = {(i, (i + m * hop) % size) for i in range(size) for m in range(1, k + 1)}
+        phases.append(weighted_phase(size, {(j, i) for j, i in edges if j != i}, weights))
+    return phases
+
+
+def _digits(size: int, base: int) -> int:
+    """How many base-`base` digits size - 1 has: the least tau with base^tau >= size."""
+    tau = 0
+    while base**tau < size:
+        tau += 1
+    return tau
+
+
 def one_peer_exponential(size: int, weights: str = "uniform") -> Topology:
     """Time-varying exponential graph: at step t rank i sends only to (i + 2^(t % tau)) mod size.
 
     For a power-of-two size, tau = log2(size) consecutive rounds with weights 1/2 average exactly.
     """
     size = checked_size(size)
-    hops = _hops(size) or [1]
-    phases = [
-        weighted_phase(size, {(i, (i + hop) % size) for i in range(size) if (i + hop) % size != i}, weights)
-        for hop in hops
-    ]
-    return Topology("one_peer_exponential", phases, weights=weights)
+    return Topology("one_peer_exponential", peer_phases(size, 1, weights), weights=weights)
 
 
 def complete(size: int, weights: str = "uniform") -> Topology:

@@ -36,6 +36,17 @@ def checked_size(size: int) -> int:
     return value
 
 
+def checked_peers(k: object) -> int:
+    """The k of the k-peer graphs: how many peers a rank talks to per step (text from a strategy string too)."""
+    try:
+        value = int(k) if isinstance(k, str) else operator.index(k)
+    except (TypeError, ValueError):
+        raise TopologyError(f"k (peers per rank per step) must be an integer >= 1, got {k!r}") from None
+    if value < 1:
+        raise TopologyError(f"k (peers per rank per step) must be >= 1, got {value}; k=1 talks to one peer a step")
+    return value
+
+
 def checked_rule(weights: str) -> str:
     if weights not in WEIGHT_RULES:
         raise TopologyError(f"unknown weight rule {weights!r}; use one of: {', '.join(WEIGHT_RULES)}")

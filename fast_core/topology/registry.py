@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable
+from functools import partial
 
 import networkx as nx
 
@@ -12,6 +13,7 @@ from .base import Topology
 from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
 from .checks import TopologyError, checked_size
 from .custom import from_networkx
+from .finite_time import base_graph, k_peer_exponential
 
 TOPOLOGIES: dict[str, Callable[..., Topology]] = {
     "ring": ring,
@@ -23,9 +25,15 @@ TOPOLOGIES: dict[str, Callable[..., Topology]] = {
     "exponential": exponential,
     "exp1": one_peer_exponential,
     "one_peer_exponential": one_peer_exponential,
+    "expk": k_peer_exponential,
+    "k_peer_exponential": k_peer_exponential,
+    "base": base_graph,
     "complete": complete,
     "star": star,
 }
+# fixed k for strategy strings, which cannot pass topology options: "dpsgd:base3" is the Base-3 graph (k = 2)
+TOPOLOGIES.update({f"base{k + 1}": partial(base_graph, k=k) for k in range(1, 8)})
+TOPOLOGIES.update({f"exp{k}": partial(k_peer_exponential, k=k) for k in range(2, 8)})
 
 
 def _check_options(what: str, builder: Callable[..., Topology], skip: str, options: dict[str, object]) -> None:
