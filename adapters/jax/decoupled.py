@@ -33,9 +33,8 @@ import optax
 import jax
 import jax.numpy as jnp
 from fast_core import Engine, Strategy
-from fast_core.pipeline import Channel, Grid, PipelineTag, replica_group
 from fast_core.pipeline.partition import balanced_split
-from fast_core.pipeline.schedule import Schedule
+from fast_core.pipeline.stage import DecoupledStage, split_bounds
 from fast_core.runtime import init as default_engine
 from fast_core.strategies.spec import resolve_strategy
 
@@ -45,9 +44,9 @@ ApplyFn = Callable[[Any, jax.Array], jax.Array]
 Layer = tuple[ApplyFn, Any]
 
 
-class DecoupledTrainer:
+class DecoupledTrainer(DecoupledStage):
     """This rank's stage of a K x D grid: its layers' functions and params, optax state, channels to the
-    neighbouring stages, and its replicas' FAST strategy.
+    neighbouring stages, and its replicas' FAST strategy (the schedule: ``fast_core.pipeline.stage``).
 
     ``layers``: ``(apply_fn, params)`` pairs, ``apply_fn(params, x) -> y`` (params any pytree of float arrays).
     ``window``: at most that many batches in flight, which bounds each stage's gradient to ``window - 1`` updates
@@ -76,122 +75,34 @@ class DecoupledTrainer:
                 f"optimizer must be an optax GradientTransformation (e.g. optax.sgd(0.1)), got "
                 f"{type(optimizer).__name__}: each stage keeps one optax state for its layers"
             )
-        engine = engine or default_engine()
-        self.engine = engine
-        self.grid = grid = Grid(engine.size, stages)
-        self.stage, self.replica = grid.stage(engine.rank), grid.replica(engine.rank)
-        bounds = np.array(_bounds(layers, stages, split), dtype=np.int64)
-        engine.broadcast(bounds, 0)  # measured times differ between ranks: rank 0's split for all
-        self.bounds = [int(b) for b in bounds]
-        own = layers[self.bounds[self.stage] : self.bounds[self.stage + 1]]
+        super().__init__(engine or default_engine(), stages, window)
+        bounds = self._agree(_bounds(layers, stages, split))
+        own = layers[bounds[self.stage] : bounds[self.stage + 1]]
         self.apply_fns = tuple(fn for fn, _ in own)
         params = [p for _, p in own]
         if not jax.tree_util.tree_leaves(params):
             raise ValueError(
-                f"stage {self.stage} (layers {self.bounds[self.stage]}..{self.bounds[self.stage + 1]}) "
+                f"stage {self.stage} (layers {bounds[self.stage]}..{bounds[self.stage + 1]}) "
                 "has no trainable parameter: give other split boundaries"
             )
         self.loss_fn = loss_fn
-        self.schedule = Schedule(stages, window=window)
-        self.last = self.stage == stages - 1
-        self.group = replica_group(engine, grid)
         self.optimizer = optimizer
         # the replicas' strategy and the optax update, as fast_jax's gradient form runs them: the kept pullback
         # gives the gradient, the Worker's hooks average (all-reduce) or mix (D-PSGD) around the update
-        self.replicas = DistributedStep(_given_gradient, resolve_strategy(strategy), optimizer, self.group, None, None)
+        self.replicas = DistributedStep(
+            _given_gradient, resolve_strategy(strategy), optimizer, self._join_replicas(), None, None
+        )
         self.params, self.opt_state = self.replicas.start(params, optimizer.init(params))
         self._apply = jax.jit(partial(_apply_stage, self.apply_fns))
         self._loss_and_error = jax.jit(jax.value_and_grad(loss_fn))
-        previous, following = grid.previous(engine.rank), grid.next(engine.rank)
-        self._from_previous = Channel(engine, previous, PipelineTag.ACTIVATIONS) if previous is not None else None
-        self._to_next = Channel(engine, following, PipelineTag.ACTIVATIONS) if following is not None else None
-        self._from_next = Channel(engine, following, PipelineTag.ERRORS) if following is not None else None
-        self._to_previous = Channel(engine, previous, PipelineTag.ERRORS) if previous is not None else None
         self._stash: deque[tuple[int, jax.Array, Callable]] = deque()
         """(batch, output, the pullback of the forward pass, holding its input and weights) of each batch in flight"""
-        self._labels: deque[tuple[int, Any]] = deque()
-        self.tick = 0
-        self.batches = 0  # batches fed so far
 
-    def step(self, x: Any = None, y: Any = None) -> float | None:
-        """One tick with the next batch (``x`` used by stage 0, ``y`` by the last stage; others may pass None).
-        Returns the loss of the last batch the last stage backpropagated in the ticks this call ran, else None."""
-        if self.stage == 0 and x is None:
-            raise ValueError("stage 0 reads the data: pass the batch's inputs x to step()")
-        if self.last and y is None:
-            raise ValueError("the last stage computes the loss: pass the batch's targets y to step()")
-        if self.last:
-            self._labels.append((self.batches, y))
-        feed = self.schedule.feed_tick(self.batches)
-        self.batches += 1
-        loss = None
-        while self.tick <= feed:  # under a window, ticks where stage 0 waits for its batches to come back first
-            finished = self._tick(x if self.tick == feed else None)
-            loss = finished if finished is not None else loss
-        return loss
-
-    def finish(self) -> list[float]:
-        """Run the ticks that backpropagate the batches still in flight (no new batch); the losses they give."""
-        losses = []
-        fed = Schedule(self.schedule.stages, self.batches, self.schedule.window)
-        while self.tick < fed.ticks:
-            loss = self._tick(None, fed)
-            if loss is not None:
-                losses.append(loss)
-        self.close()
-        return losses
-
-    def close(self) -> None:
-        """Close the replicas' worker and the channels, and release the replica group's engine (collective;
-        ``finish`` calls it). ``evaluate`` still works afterwards."""
+    def _close_replicas(self) -> None:
         self.replicas.close()
-        for channel in (self._from_previous, self._to_next, self._from_next, self._to_previous):
-            if channel is not None:
-                channel.close()
-        self.group.free()
 
-    def evaluate(self, x: Any, y: Any, batch_size: int = 500) -> float:
-        """Accuracy of the pipeline's current model on ``(x, y)`` (collective: every rank calls it between steps;
-        stage 0 needs ``x``, the last stage ``y``, each replica its own part), on every rank. A forward pass only,
-        on channels of its own, so batches in flight in the training pipeline are not disturbed."""
-        correct = np.zeros(2)  # correct answers, examples: summed over the last stages of all replicas
-        if (self.stage == 0 and x is None) or (self.last and y is None):
-            raise ValueError("evaluate() needs x on stage 0 and y on the last stage")
-        previous, following = self.grid.previous(self.engine.rank), self.grid.next(self.engine.rank)
-        receive = Channel(self.engine, previous, PipelineTag.EVALUATION) if previous is not None else None
-        send = Channel(self.engine, following, PipelineTag.EVALUATION) if following is not None else None
-        start = chunk = 0
-        while True:
-            chunk += 1
-            inputs = np.asarray(x[start : start + batch_size]) if self.stage == 0 else receive.recv(chunk)
-            if len(inputs) == 0:
-                if send is not None:
-                    send.send(inputs, chunk)
-                break
-            output = np.asarray(self._apply(self.params, inputs))
-            if send is not None:
-                send.send(output, chunk)
-            else:
-                labels = np.asarray(y[start : start + len(inputs)])
-                correct += [float((output.argmax(1) == labels).sum()), len(inputs)]
-            start += len(inputs)
-        for channel in (receive, send):  # everything was received: the empty chunk ended the stream
-            if channel is not None:
-                channel.close()
-        self.engine.allreduce(correct)
-        return float(correct[0] / correct[1])
-
-    def _tick(self, x: Any, schedule: Schedule | None = None) -> float | None:
-        schedule = schedule or self.schedule
-        forward, backward = (
-            schedule.forward_batch(self.stage, self.tick),
-            schedule.backward_batch(self.stage, self.tick),
-        )
-        if forward is not None:
-            self._forward(forward, x)
-        loss = self._backward(backward) if backward is not None else None
-        self.tick += 1
-        return loss
+    def _predict(self, inputs: Any) -> np.ndarray:
+        return np.asarray(self._apply(self.params, inputs))
 
     def _forward(self, batch: int, x: Any) -> None:
         if self.stage == 0:  # the data needs no gradient (and may be integers, e.g. token ids)
@@ -208,9 +119,7 @@ class DecoupledTrainer:
         assert stashed == batch, f"stage {self.stage} backpropagates batch {batch} but its oldest stash is {stashed}"
         loss = None
         if self.last:
-            labelled, y = self._labels.popleft()
-            assert labelled == batch
-            value, error = self._loss_and_error(output, y)
+            value, error = self._loss_and_error(output, self._labels_of(batch))
             loss = float(value)
         else:
             error = jnp.asarray(self._from_next.recv(batch))
@@ -248,18 +157,8 @@ def _check_layers(layers: Sequence[Layer]) -> list[Layer]:
 def _bounds(layers: list[Layer], stages: int, split: str | Sequence[int] | np.ndarray | jax.Array) -> list[int]:
     if isinstance(split, np.ndarray | jax.Array):
         return balanced_split(_layer_seconds(layers, split), stages)
-    if isinstance(split, str):
-        if split != "parameters":
-            raise ValueError(
-                f"split={split!r}: give 'parameters', a sample batch (an array) to time the layers on, or the stages' "
-                "layer boundaries [0, ..., n]"
-            )
-        costs = [sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)) for _, params in layers]
-        return balanced_split(costs, stages)
-    bounds = [int(b) for b in split]
-    if len(bounds) != stages + 1 or bounds[0] != 0 or bounds[-1] != len(layers) or bounds != sorted(set(bounds)):
-        raise ValueError(f"split={list(split)} must rise from 0 to {len(layers)} in {stages + 1} distinct boundaries")
-    return bounds
+    costs = [sum(np.size(leaf) for leaf in jax.tree_util.tree_leaves(params)) for _, params in layers]
+    return split_bounds(split, costs, stages)
 
 
 def _layer_seconds(layers: list[Layer], sample: Any, repeats: int = 5) -> list[float]:
