@@ -195,3 +195,38 @@ def _no_parameter(engine) -> None:
 
 def test_a_stage_without_parameters_is_refused() -> None:
     LocalCluster(1, timeout=30).run(_no_parameter)
+
+
+def _evaluate(engine) -> tuple[float, float]:
+    trainer = fast.DecoupledTrainer(_layers(init_layers(SIZES)), 2, optax.sgd(LR), _loss, engine=engine)
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(23, SIZES[0])).astype(np.float32), rng.integers(0, SIZES[-1], 23)
+    trainer.step(x[:BATCH], y[:BATCH])  # a batch in flight in the training pipeline
+    accuracy = trainer.evaluate(x, y, batch_size=10)
+    trainer.step(x[BATCH : 2 * BATCH], y[BATCH : 2 * BATCH])
+    trainer.finish()
+    return accuracy, trainer.evaluate(x, y, batch_size=7)
+
+
+def test_the_pipeline_evaluates_between_steps_without_disturbing_training() -> None:
+    results = LocalCluster(2, timeout=30).run(_evaluate)
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(23, SIZES[0])), rng.integers(0, SIZES[-1], 23)
+    logits, _ = stage_forward(init_layers(SIZES), x, last=True)
+    assert results[0][0] == results[1][0] == pytest.approx(np.mean(logits.argmax(1) == y))  # nothing updated yet
+    assert results[0][1] == results[1][1]
+
+
+def _timed_split(engine) -> list[int]:
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    shapes = [(8, 8), (8, 600), (600, 600), (600, 8)]
+    layers = [
+        (_hidden, {"w": jax.random.normal(k, s) / 30, "b": jnp.zeros(s[1])}) for k, s in zip(keys, shapes, strict=True)
+    ]
+    sample = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
+    return fast.DecoupledTrainer(layers, 2, optax.sgd(LR), _loss, split=sample, engine=engine).bounds
+
+
+def test_a_sample_batch_splits_by_measured_time_the_same_on_every_rank() -> None:
+    first, second = LocalCluster(2, timeout=60).run(_timed_split)
+    assert first == second and first[0] == 0 and first[-1] == 4 and first[1] in (2, 3)  # the 600x600 layer weighs most
