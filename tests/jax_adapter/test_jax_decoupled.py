@@ -25,6 +25,7 @@ from jax_decoupled_cases import (
     expected_layers,
     hidden,
     jax_layers,
+    linear,
     loss,
     train_stage,
 )
@@ -147,3 +148,45 @@ def _timed_split(engine) -> list[int]:
 def test_a_sample_batch_splits_by_measured_time_the_same_on_every_rank() -> None:
     first, second = LocalCluster(2, timeout=60).run(_timed_split)
     assert first == second and first[0] == 0 and first[-1] == 4 and first[1] in (2, 3)  # the 600x600 layer weighs most
+
+
+def _embedding(p: dict, tokens: jax.Array) -> jax.Array:
+    return p["table"][tokens].mean(axis=1)
+
+
+def _token_model() -> tuple[list[tuple], list[tuple[np.ndarray, np.ndarray]]]:
+    """An embedding of integer tokens (no gradient to stage 0's input), a hidden and a linear layer; batches."""
+    keys = jax.random.split(jax.random.PRNGKey(1), 3)
+    layers = [
+        (_embedding, {"table": jax.random.normal(keys[0], (11, 6))}),
+        (hidden, {"w": jax.random.normal(keys[1], (6, 8)) / 3, "b": jnp.zeros(8)}),
+        (linear, {"w": jax.random.normal(keys[2], (8, 4)) / 3, "b": jnp.zeros(4)}),
+    ]
+    rng = np.random.default_rng(7)
+    return layers, [(rng.integers(0, 11, (BATCH, 3)), rng.integers(0, 4, BATCH)) for _ in range(BATCHES)]
+
+
+def _tokens(engine) -> list:
+    layers, batches = _token_model()
+    trainer = fast.DecoupledTrainer(layers, 3, optax.sgd(LR), loss, split=[0, 1, 2, 3], window=1, engine=engine)
+    for x, y in batches:
+        trainer.step(x, y)
+    trainer.finish()
+    return trainer.params
+
+
+def test_integer_tokens_feed_stage_zero_and_window_one_is_plain_jax_sgd() -> None:
+    layers, batches = _token_model()
+    fns, params = [fn for fn, _ in layers], [p for _, p in layers]
+
+    def whole(params: list, x: jax.Array, y: jax.Array) -> jax.Array:
+        for fn, p in zip(fns, params, strict=True):
+            x = fn(p, x)
+        return loss(x, y)
+
+    for x, y in batches:  # plain SGD in one process
+        params = jax.tree_util.tree_map(lambda p, g: p - LR * g, params, jax.grad(whole)(params, x, y))
+    for stage, trained in enumerate(LocalCluster(3, timeout=60).run(_tokens)):
+        for name, value in trained[0].items():
+            np.testing.assert_allclose(value, params[stage][name], rtol=1e-5, atol=1e-6, err_msg=f"{stage} {name}")
+    assert np.abs(params[0]["table"] - layers[0][1]["table"]).max() > 1e-3  # the embedding did train
