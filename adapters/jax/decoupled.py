@@ -53,7 +53,9 @@ class DecoupledTrainer(DecoupledStage):
     old (``fast_core.pipeline.schedule``); None runs the full pipeline. ``split``: "parameters" balances the
     stages' parameter counts, a sample batch (an array) their forward and backward time measured on it (rank 0's
     measurement for all), or give the K + 1 layer boundaries. Every rank builds the whole model the same way (the
-    same seed) and keeps its stage's layers; a stage's replicas start from their group's rank 0. ``params`` and
+    same seed) and keeps its stage's layers; a stage's replicas start from their group's rank 0. ``strategy``: the
+    replicas' (None: ``fast run --strategy``'s, else all-reduce), run as ``fast_jax.distributed``'s gradient form
+    runs it (``replicas`` is that DistributedStep: ``replicas.worker`` has the metrics). ``params`` and
     ``opt_state`` are the stage's current ones (``params``: the list of its layers' params).
     """
 
