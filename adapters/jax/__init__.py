@@ -9,6 +9,7 @@ step = fast.distributed(train_step, "dpsgd:ring")  # train_step(state, batch) ->
 state, metrics = step(state, batch)
 params = fast.average(params, step=step)  # fast.sum(tree) too, e.g. counts
 fast.save_checkpoint("ckpt.npz", step, params, opt_state)  # collective; load_checkpoint resumes on any size
+trainer = fast.DecoupledTrainer(layers, stages=2, optimizer=optax.sgd(0.1), loss_fn=loss)  # decoupled pipeline stages
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fast_core.runtime import init, rank, size
 
 from .api import broadcast, shard, sum  # noqa: A004 - Horovod's and torch.distributed's name
 from .checkpoint import load_checkpoint, save_checkpoint
+from .decoupled import DecoupledTrainer
 from .flat import FlatTree
 from .model import JaxModel
 from .state import DistributedStateStep
@@ -31,6 +33,7 @@ from .step import DistributedStep, average
 from .wrap import distributed
 
 __all__ = [
+    "DecoupledTrainer",
     "DistributedStateStep",
     "DistributedStep",
     "FlatTree",
