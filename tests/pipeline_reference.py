@@ -17,6 +17,9 @@ from fast_core.pipeline.schedule import Schedule
 
 Layer = list[np.ndarray]  # [weight (in, out), bias (out,)]
 
+LAYOUTS = [(1, 4, [0, 4]), (2, 2, [0, 2, 4]), (4, 1, [0, 1, 2, 3, 4]), (3, 1, [0, 1, 3, 4])]
+"""(stages K, replicas D, layer boundaries) every trainer is checked on: K = 1 is plain data parallelism."""
+
 
 def init_layers(sizes: Sequence[int], seed: int = 0) -> list[Layer]:
     rng = np.random.default_rng(seed)
@@ -128,3 +131,25 @@ def train(
         forwarded.update(sent_forward)
         returned.update(sent_back)
     return layers, losses
+
+
+def evaluation_between_steps(trainer, convert, sizes: Sequence[int], batch: int) -> tuple[float, float]:
+    """A trainer's ``evaluate`` with a batch in flight, then after ``finish`` (every framework's test runs this):
+    23 seeded examples, ``convert`` turning NumPy arrays into the framework's inputs."""
+    rng = np.random.default_rng(5)
+    x, y = convert(rng.normal(size=(23, sizes[0]))), convert(rng.integers(0, sizes[-1], 23))
+    trainer.step(x[:batch], y[:batch])  # a batch in flight in the training pipeline
+    accuracy = trainer.evaluate(x, y, batch_size=10)
+    trainer.step(x[batch : 2 * batch], y[batch : 2 * batch])
+    trainer.finish()
+    return accuracy, trainer.evaluate(x, y, batch_size=7)
+
+
+def check_evaluation(results: list[tuple[float, float]], sizes: Sequence[int]) -> None:
+    """Every rank saw the start model's accuracy before any update, and the same accuracy after ``finish``."""
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(23, sizes[0])), rng.integers(0, sizes[-1], 23)
+    logits, _ = stage_forward(init_layers(sizes), x, last=True)
+    first = [r[0] for r in results]
+    assert all(a == first[0] for a in first) and abs(first[0] - np.mean(logits.argmax(1) == y)) < 1e-9, results
+    assert all(r[1] == results[0][1] for r in results), results

@@ -30,7 +30,7 @@ from jax_decoupled_cases import (
     train_stage,
 )
 from mpirun import run_mpi
-from pipeline_reference import init_layers, stage_forward, train
+from pipeline_reference import LAYOUTS, check_evaluation, evaluation_between_steps, init_layers, train
 
 import fast_jax as fast
 from fast_core.engine.local import LocalCluster
@@ -38,9 +38,7 @@ from fast_core.engine.local import LocalCluster
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.parametrize(
-    ("stages", "replicas", "bounds"), [(1, 4, [0, 4]), (2, 2, [0, 2, 4]), (4, 1, [0, 1, 2, 3, 4]), (3, 1, [0, 1, 3, 4])]
-)
+@pytest.mark.parametrize(("stages", "replicas", "bounds"), LAYOUTS)
 def test_every_parameter_follows_the_delayed_gradient_rule(stages: int, replicas: int, bounds: list[int]) -> None:
     results = LocalCluster(stages * replicas, timeout=60).run(train_stage, stages, bounds)
     expected, losses = train(init_layers(SIZES), bounds, data(replicas), LR)
@@ -117,22 +115,11 @@ def test_a_stage_without_parameters_is_refused() -> None:
 
 def _evaluate(engine) -> tuple[float, float]:
     trainer = fast.DecoupledTrainer(jax_layers(init_layers(SIZES)), 2, optax.sgd(LR), loss, engine=engine)
-    rng = np.random.default_rng(5)
-    x, y = rng.normal(size=(23, SIZES[0])).astype(np.float32), rng.integers(0, SIZES[-1], 23)
-    trainer.step(x[:BATCH], y[:BATCH])  # a batch in flight in the training pipeline
-    accuracy = trainer.evaluate(x, y, batch_size=10)
-    trainer.step(x[BATCH : 2 * BATCH], y[BATCH : 2 * BATCH])
-    trainer.finish()
-    return accuracy, trainer.evaluate(x, y, batch_size=7)
+    return evaluation_between_steps(trainer, lambda a: a.astype(np.float32) if a.dtype.kind == "f" else a, SIZES, BATCH)
 
 
 def test_the_pipeline_evaluates_between_steps_without_disturbing_training() -> None:
-    results = LocalCluster(2, timeout=30).run(_evaluate)
-    rng = np.random.default_rng(5)
-    x, y = rng.normal(size=(23, SIZES[0])), rng.integers(0, SIZES[-1], 23)
-    logits, _ = stage_forward(init_layers(SIZES), x, last=True)
-    assert results[0][0] == results[1][0] == pytest.approx(np.mean(logits.argmax(1) == y))  # nothing updated yet
-    assert results[0][1] == results[1][1]
+    check_evaluation(LocalCluster(2, timeout=30).run(_evaluate), SIZES)
 
 
 def _timed_split(engine) -> list[int]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from mpirun import run_mpi
-from pipeline_reference import init_layers, stage_forward, train
+from pipeline_reference import LAYOUTS, check_evaluation, evaluation_between_steps, init_layers, train
 
 import fast_torch as fast
 from fast_core.engine.local import LocalCluster
@@ -72,9 +72,7 @@ def _check(params: dict[str, np.ndarray], expected: list[list[np.ndarray]], firs
         np.testing.assert_allclose(value, reference, rtol=1e-10, atol=1e-12, err_msg=name)
 
 
-@pytest.mark.parametrize(
-    ("stages", "replicas", "bounds"), [(1, 4, [0, 4]), (2, 2, [0, 2, 4]), (4, 1, [0, 1, 2, 3, 4]), (3, 1, [0, 1, 3, 4])]
-)
+@pytest.mark.parametrize(("stages", "replicas", "bounds"), LAYOUTS)
 def test_every_parameter_follows_the_delayed_gradient_rule(stages: int, replicas: int, bounds: list[int]) -> None:
     results = LocalCluster(stages * replicas, timeout=30).run(_train, stages, bounds)
     expected, losses = train(init_layers(SIZES), bounds, _data(replicas), LR)
@@ -106,25 +104,15 @@ def test_bad_input_is_named_on_every_rank() -> None:
 
 
 def _evaluate(engine) -> tuple[float, float]:
-    layers = init_layers(SIZES)
     sgd = lambda params: torch.optim.SGD(params, lr=LR)  # noqa: E731 - a one-line factory
-    trainer = fast.DecoupledTrainer(_model(layers), 2, sgd, torch.nn.functional.cross_entropy, engine=engine)
-    rng = np.random.default_rng(5)
-    x, y = torch.from_numpy(rng.normal(size=(23, SIZES[0]))), torch.from_numpy(rng.integers(0, SIZES[-1], 23))
-    trainer.step(x[:BATCH], y[:BATCH])  # a batch in flight in the training pipeline
-    accuracy = trainer.evaluate(x, y, batch_size=10)
-    trainer.step(x[BATCH : 2 * BATCH], y[BATCH : 2 * BATCH])
-    trainer.finish()
-    return accuracy, trainer.evaluate(x, y, batch_size=7)
+    trainer = fast.DecoupledTrainer(
+        _model(init_layers(SIZES)), 2, sgd, torch.nn.functional.cross_entropy, engine=engine
+    )
+    return evaluation_between_steps(trainer, torch.from_numpy, SIZES, BATCH)
 
 
 def test_the_pipeline_evaluates_between_steps_without_disturbing_training() -> None:
-    results = LocalCluster(2, timeout=30).run(_evaluate)
-    rng = np.random.default_rng(5)
-    x, y = rng.normal(size=(23, SIZES[0])), rng.integers(0, SIZES[-1], 23)
-    logits, _ = stage_forward(init_layers(SIZES), x, last=True)
-    assert results[0][0] == results[1][0] == pytest.approx(np.mean(logits.argmax(1) == y))  # nothing updated yet
-    assert results[0][1] == results[1][1]
+    check_evaluation(LocalCluster(2, timeout=30).run(_evaluate), SIZES)
 
 
 def _synchronous(engine) -> dict:
