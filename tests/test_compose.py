@@ -50,9 +50,10 @@ def test_composition_keys_as_overrides_also_on_objects() -> None:
 
 def test_repr_shows_the_composition() -> None:
     assert repr(make_strategy("localsgd:period=8")) == "LocalSGD(period=8)"
-    assert repr(make_strategy("dpsgd:ring,every=4")) == "Every(k=4, inner=DPSGD(topology='ring', weights='uniform'))"
+    every = "Every(k=4, inner=DPSGD(topology='ring', weights='uniform', compress='none'))"
+    assert repr(make_strategy("dpsgd:ring,every=4")) == every
     assert repr(warmup(100, "dpsgd:ring")) == (
-        "Schedule(phases=[(100, AllReduce()), (None, DPSGD(topology='ring', weights='uniform'))])"
+        "Schedule(phases=[(100, AllReduce()), (None, DPSGD(topology='ring', weights='uniform', compress='none'))])"
     )
 
 
@@ -67,7 +68,10 @@ def test_repr_shows_the_composition() -> None:
         ("dpsgd:ring,every=0", r"every must be a whole number of steps >= 1, got 0; e.g. dpsgd:ring,every=4"),
         ("dpsgd:ring,every=true", r"every must be .* got True"),
         ("dpsgd:ring,warmup=-1", r"warmup must be a whole number of steps >= 0, got -1"),
-        ("dpsgd:ring,period=3", r"strategy 'dpsgd' has no option 'period'; it takes: topology, weights, every, warmup"),
+        (
+            "dpsgd:ring,period=3",
+            r"strategy 'dpsgd' has no option 'period'; it takes: topology, weights, compress, every, warmup",
+        ),
         ("allreduce:staleness=2", r"strategy 'allreduce' has no option 'staleness'; it takes: every, warmup"),
         ("localsgd:8", r"no option 'topology' \(a bare item sets the topology\); it takes: period, every, warmup"),
         ("dpsgd:ring,every=2,every=3", "given twice"),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import Codec, RandomK, TopK, make_codec
 from ..engine import Request
 from ..integrity import check_own, refused
 from ..mixing import axpy
@@ -23,13 +24,28 @@ class DPSGD(Strategy):
 
     The parameters x_j of the start of step k are sent as soon as step k-1's mixing is done, so the exchange runs
     while step k computes its gradient; after the optimizer step the worker waits for its neighbours and mixes.
+
+    ``compress``: the codec the parameters travel in (``fast_core.compression``: "fp16", "bf16", "int8"; "none"
+    sends them as they are). The neighbours mix the decoded values, each worker its own exact ones, so the
+    quantisation error (a relative 2^-11, 2^-8, or half a step of 1/127 of a block's largest value) enters the
+    mixing. Sparsifying codecs (top-k, random-k) are refused: zeros in place of parameters would pull every model
+    toward 0; they need compressed differences (CHOCO-SGD), not built yet.
     """
 
     name = "dpsgd"
 
-    def __init__(self, topology: str | Topology = "ring", weights: str = "uniform") -> None:
+    def __init__(
+        self, topology: str | Topology = "ring", weights: str = "uniform", compress: str | None = "none"
+    ) -> None:
         self.topology = topology
         self.weights = weights
+        self.compress = compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec: Codec | None = None if compress == "none" else make_codec(compress)
+        if isinstance(self._codec, TopK | RandomK):
+            raise ValueError(
+                f"dpsgd cannot send parameters as {compress}: a sparsified parameter vector is mostly zeros; use "
+                "compress=fp16, bf16 or int8"
+            )
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
@@ -44,6 +60,7 @@ class DPSGD(Strategy):
             )
         self._start = ctx.layout.empty()  # own parameters at the start of the step, also the send buffer
         self._received: dict[int, np.ndarray] = {}
+        self._payloads: dict[int, np.ndarray] = {}  # under compress: what each neighbour's message holds
         self._requests: list[Request] = []
         self._post(ctx, ctx.round)
 
@@ -56,12 +73,24 @@ class DPSGD(Strategy):
         np.copyto(self._start, ctx.model.params())
         sources = self._graph.in_neighbors(ctx.rank, step)
         dests = self._graph.out_neighbors(ctx.rank, step)
-        recvs = [self._buffer(ctx, peer) for peer in sources]
-        self._requests = ctx.engine.exchange(self._start, dests, recvs, sources, Tag.PARAMETERS)
+        if self._codec is None:
+            recvs = [self._buffer(ctx, peer) for peer in sources]
+            self._requests = ctx.engine.exchange(self._start, dests, recvs, sources, Tag.PARAMETERS)
+        else:
+            send = self._codec.encode(self._start)  # every payload of one codec and size has the same length
+            recvs = [self._payloads.setdefault(peer, np.empty_like(send)) for peer in sources]
+            self._requests = ctx.engine.exchange(send, dests, recvs, sources, Tag.PARAMETERS)
+        self._sources = sources
         self._round = step
+
+    def _decode(self, ctx: StepContext) -> None:
+        for peer in self._sources:
+            self._buffer(ctx, peer)[:] = self._codec.decode(self._payloads[peer], ctx.layout.size)
 
     def after_step(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)
+        if self._codec is not None:
+            self._decode(ctx)
         params = ctx.model.params()
         check_own(ctx, params)
         rank, step = ctx.rank, self._round
