@@ -51,7 +51,9 @@ def _check_consensus(ranks: dict[int, list[dict]], output: str) -> list[dict]:
 @pytest.mark.mpi
 def test_async_with_a_straggler_spends_the_global_epochs_exactly_and_records_the_consensus_curve(tmp_path) -> None:
     flags = ("-n", "4", "--straggler", "3", "--strategy", "async:torus")
-    output, ranks = _run(tmp_path, *flags, script=("--data", "digits", "--epochs", "3"))
+    # snapshots every 0.05 s: the whole job can take 0.3 s here, and the curve needs 3 points (one CI run had 2)
+    script = ("--data", "digits", "--epochs", "3", "--snapshot-every", "0.05")
+    output, ranks = _run(tmp_path, *flags, script=script)
     budget = 3 * 4 * DIGITS_PASS
     assert f"budget {budget} samples (3 global epochs)" in output
     job, steps = _spent(output)
