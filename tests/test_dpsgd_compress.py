@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from training import CLASSES, FEATURES, LR, batch, task, train
+from training import reference_dpsgd, task, train
 
 from fast_core import LocalCluster, make_strategy
 from fast_core.compression import make_codec
-from fast_core.numpy_model import SoftmaxRegression
-from fast_core.topology import make_topology
 
 STEPS = 40
 
@@ -22,31 +20,12 @@ def _run(engine, strategy: str) -> tuple[np.ndarray, int, float]:
     return model.params().copy(), worker.metrics.bytes_sent, accuracy
 
 
-def _reference(codec: str, size: int = 4) -> np.ndarray:
-    """D-PSGD in NumPy where each neighbour's parameters arrive through the codec: x_i <- w_ii x_i + sum_j w_ij
-    D(E(x_j)) - lr g_i."""
-    x, y, shards, _ = task(size)
-    models = [SoftmaxRegression(FEATURES, CLASSES, seed=0) for _ in range(size)]
-    states = np.stack([models[0].params().copy() for _ in range(size)])
-    graph, coder = make_topology("ring", size), make_codec(codec)
-    for step in range(STEPS):
-        grads = []
-        for r, m in enumerate(models):
-            m.set_params(states[r])
-            m.compute_gradients(*batch(x, y, shards[r], step))
-            grads.append(m.grads().copy())
-        sent = np.stack([coder.decode(coder.encode(s), len(s)) for s in states]).astype(np.float64)
-        w = graph.mixing_matrix(step)
-        mixed = np.diag(w)[:, None] * states + (w - np.diag(np.diag(w))) @ sent
-        states = mixed - LR * np.stack(grads)
-    return states
-
-
 @pytest.mark.parametrize("codec", ["bf16", "int8", "fp16"])
 def test_compressed_dpsgd_follows_its_rule_and_sends_fewer_bytes(codec: str) -> None:
     plain = LocalCluster(4, timeout=30).run(_run, "dpsgd:ring")
     packed = LocalCluster(4, timeout=30).run(_run, f"dpsgd:ring,compress={codec}")
-    expected = _reference(codec)
+    coder = make_codec(codec)
+    expected = reference_dpsgd(4, "ring", STEPS, sent=lambda x: coder.decode(coder.encode(x), len(x)))
     for rank, (params, sent, accuracy) in enumerate(packed):
         np.testing.assert_allclose(params, expected[rank], rtol=1e-5, atol=1e-6)
         assert accuracy >= plain[rank][2] - 0.02  # it learns as plain D-PSGD does

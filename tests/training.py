@@ -69,8 +69,11 @@ def steps_in_window(engine: Engine, strategy, slow_rank: int, slowdown: float, s
     return counts
 
 
-def reference_dpsgd(size: int, topology: str, steps: int) -> np.ndarray:
-    """Dense-matrix NumPy simulation of D-PSGD: X <- W(k) X - lr * G(X), all workers from rank 0's start."""
+def reference_dpsgd(size: int, topology: str, steps: int, sent=None) -> np.ndarray:
+    """Dense-matrix NumPy simulation of D-PSGD: X <- W(k) X - lr * G(X), all workers from rank 0's start.
+
+    ``sent(x)``: what a neighbour receives of a worker's parameters (a codec's round trip); each worker mixes its own
+    exact values and its neighbours' sent ones."""
     x, y, shards, _ = task(size)
     models = [SoftmaxRegression(FEATURES, CLASSES, seed=0) for _ in range(size)]
     states = np.stack([models[0].params().copy() for _ in range(size)])
@@ -81,5 +84,11 @@ def reference_dpsgd(size: int, topology: str, steps: int) -> np.ndarray:
             m.set_params(states[r])
             m.compute_gradients(*batch(x, y, shards[r], step))
             grads.append(m.grads().copy())
-        states = graph.mixing_matrix(step) @ states - LR * np.stack(grads)
+        w = graph.mixing_matrix(step)
+        if sent is None:
+            states = w @ states - LR * np.stack(grads)
+        else:
+            received = np.stack([sent(s) for s in states]).astype(np.float64)
+            own = np.diag(w)[:, None] * states
+            states = own + (w - np.diag(np.diag(w))) @ received - LR * np.stack(grads)
     return states
