@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fast_cli import FAST
 from mpirun import TESTS, run_mpi
@@ -25,6 +26,7 @@ from training import CLASSES, FEATURES, batch, task
 from fast_core import LocalCluster, Worker
 from fast_core.cli.launch import GUARD, descendants, first_exit
 from fast_core.cli.run import lost_rank, lost_text
+from fast_core.errors import PeerTimeout
 from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.runlog import read_run
 
@@ -77,6 +79,24 @@ def test_one_workers_exception_stops_the_others_at_once_and_is_what_run_raises(s
     while _communication_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _communication_threads(), "communication threads outlived the failed run"
+
+
+def _dawdle_in_own_computation(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _wait_for_a_dawdler(engine) -> None:
+    if engine.rank == 1:
+        _dawdle_in_own_computation(3.0)
+        return
+    engine.wait(engine.irecv(np.zeros(1), source=1, tag=5), timeout=0.5)
+
+
+def test_an_in_process_timeout_says_where_the_awaited_rank_was() -> None:
+    with pytest.raises(PeerTimeout, match=r"rank 0 waited 0.5 s for rank\(s\) \[1\]") as raised:
+        LocalCluster(2, timeout=30).run(_wait_for_a_dawdler)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "rank 1 was at (innermost last)" in notes and "_dawdle_in_own_computation" in notes, notes
 
 
 # fast run under MPICH: a rank killed with SIGKILL is named; SIGTERM ends the job as 143 ------------------------------

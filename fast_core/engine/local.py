@@ -16,8 +16,10 @@ posted before the loss, never by one posted after; what is left undelivered goes
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -51,6 +53,7 @@ class LocalCluster:
         """Each rank's launch number (``Engine.world_ranks``): itself, except in a cluster a shrink made."""
         self.membership = Membership() if fault_tolerant else None
         self._shrink: Shrink | None = None
+        self._threads: dict[int, int] = {}  # rank -> thread ident under run(): where an awaited rank was, on a timeout
         if self.membership is not None:
             self.membership.watch(self._cond)
 
@@ -98,6 +101,7 @@ class LocalCluster:
         results: list[Any] = [None] * self.size
 
         def body(rank: int) -> None:
+            self._threads[rank] = threading.get_ident()
             try:
                 results[rank] = fn(self.engine(rank), *args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
@@ -127,6 +131,8 @@ class LocalCluster:
         return [None if m in lost else value for m, value in zip(self.members, results, strict=True)]
 
     def fail(self, rank: int, exc: BaseException) -> None:
+        if isinstance(exc, PeerTimeout):
+            self._note_where_awaited(exc)
         if self.membership is not None:  # fault tolerant: a failed rank is a lost one
             self.membership.lose(self.members[rank], exc)
             return
@@ -134,6 +140,16 @@ class LocalCluster:
             if self.failure is None:
                 self.failure = (rank, exc)
             self._cond.notify_all()
+
+    def _note_where_awaited(self, exc: PeerTimeout) -> None:
+        """Add to a timeout where each awaited rank's thread is now: in one process this tells a slow rank (in its
+        own computation) from a stuck one (waiting on someone else), which the message alone cannot."""
+        frames = sys._current_frames()
+        for peer in exc.ranks:
+            frame = frames.get(self._threads.get(peer, -1))
+            if frame is not None and hasattr(exc, "add_note"):
+                stack = "".join(traceback.format_stack(frame)[-6:])
+                exc.add_note(f"rank {peer} was at (innermost last):\n{stack}")
 
     def check_alive(self, rank: int | None = None) -> None:
         """Raise when the job cannot go on as it is: PeerFailed after a failure; with ``fault_tolerant``, PeerLost
