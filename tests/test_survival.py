@@ -61,6 +61,7 @@ def _innermost(strategy):
 STRATEGIES = [
     "allreduce",
     "dpsgd:ring",
+    "choco:ring,compress=topk:ratio=0.2",
     "localsgd:period=4",
     "sgp:exp1",
     "async:ring",

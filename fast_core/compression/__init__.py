@@ -3,7 +3,8 @@
     codec = make_codec("int8:block=128")      # none, fp16, bf16, int8[:block=B], topk[:ratio=R], randomk[:ratio=R]
     payload = codec.encode(x); y = codec.decode(payload, len(x))
 
-Not yet wired into the strategies' messages (``dpsgd:ring,compress=int8``) nor CHOCO-SGD: the pieces come first.
+Used by D-PSGD's parameter messages (``dpsgd:ring,compress=int8``: dense codecs only) and by CHOCO-SGD's
+compressed differences (``choco:ring,compress=topk:ratio=0.01``: any codec).
 """
 
 from __future__ import annotations

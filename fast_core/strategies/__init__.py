@@ -8,6 +8,7 @@ from .adpsgd import ADPSGD
 from .allreduce import AllReduce
 from .async_avg import AsyncAveraging
 from .base import Strategy
+from .choco import CHOCO
 from .compose import Every, Schedule, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD, SyncEASGD
@@ -22,6 +23,7 @@ from .spec import STRATEGIES, make_strategy, parse_strategy
 
 __all__ = [
     "ADPSGD",
+    "CHOCO",
     "DPSGD",
     "EASGD",
     "FAST",

@@ -21,6 +21,13 @@ def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int
     return value
 
 
+def check_fraction(value: object, what: str, example: str) -> float:
+    """A number in (0, 1] (a step size or a mixing weight); a ConfigError that shows a valid spelling otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(f"{what} must be a number in (0, 1], got {value!r}; e.g. {example}")
+    return float(value)
+
+
 def static_topology(spec: str | Topology, size: int, weights: str, who: str) -> Topology:
     """Asynchronous strategies need fixed neighbour sets: a receiver cannot know a moving sender in advance."""
     graph = make_topology(spec, size, weights=weights)

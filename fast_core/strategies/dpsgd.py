@@ -29,7 +29,7 @@ class DPSGD(Strategy):
     sends them as they are). The neighbours mix the decoded values, each worker its own exact ones, so the
     quantisation error (a relative 2^-11, 2^-8, or half a step of 1/127 of a block's largest value) enters the
     mixing. Sparsifying codecs (top-k, random-k) are refused: zeros in place of parameters would pull every model
-    toward 0; they need compressed differences (CHOCO-SGD), not built yet.
+    toward 0; they need compressed differences: CHOCO-SGD (``choco``).
     """
 
     name = "dpsgd"
@@ -44,7 +44,7 @@ class DPSGD(Strategy):
         if isinstance(self._codec, TopK | RandomK):
             raise ValueError(
                 f"dpsgd cannot send parameters as {compress}: a sparsified parameter vector is mostly zeros; use "
-                "compress=fp16, bf16 or int8"
+                "compress=fp16, bf16 or int8, or choco:...,compress=topk (CHOCO-SGD sends compressed differences)"
             )
 
     def setup(self, ctx: StepContext) -> None:

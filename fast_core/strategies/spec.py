@@ -26,6 +26,7 @@ from .adpsgd import ADPSGD
 from .allreduce import AllReduce
 from .async_avg import AsyncAveraging
 from .base import Strategy
+from .choco import CHOCO
 from .compose import Every, Schedule, read_strings_with, warmup
 from .dpsgd import DPSGD
 from .easgd import EASGD
@@ -38,6 +39,7 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "allreduce": AllReduce,
     "localsgd": LocalSGD,
     "dpsgd": DPSGD,
+    "choco": CHOCO,
     "fast": FAST,
     "async": AsyncAveraging,
     "adpsgd": ADPSGD,
