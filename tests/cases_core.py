@@ -148,7 +148,7 @@ def case_allreduce_keeps_workers_identical(engine: Engine) -> None:
 def case_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     x, y, shards, (x_test, y_test) = task(engine.size)
     accuracy = {}
-    for strategy in ("allreduce", "dpsgd:ring", "dpsgd:exp1", "choco:ring"):  # choco: top-10% differences
+    for strategy in ("allreduce", "dpsgd:ring", "dpsgd:exp1", "choco:ring", "tracking:ring"):  # choco: top-10%
         model, worker = train(engine, strategy, steps=150)
         accuracy[strategy] = model.accuracy(x_test, y_test, worker.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy

@@ -62,6 +62,7 @@ STRATEGIES = [
     "allreduce",
     "dpsgd:ring",
     "choco:ring,compress=topk:ratio=0.2",
+    "tracking:ring",
     "localsgd:period=4",
     "sgp:exp1",
     "async:ring",

@@ -20,6 +20,7 @@ from .gossip_async import AsyncGossip
 from .local_sgd import LocalSGD, ParameterAverage
 from .sgp import SGP
 from .spec import STRATEGIES, make_strategy, parse_strategy
+from .tracking import GradientTracking
 
 __all__ = [
     "ADPSGD",
@@ -36,6 +37,7 @@ __all__ = [
     "AsyncGossip",
     "Every",
     "Gossip",
+    "GradientTracking",
     "LocalSGD",
     "ParameterAverage",
     "Schedule",

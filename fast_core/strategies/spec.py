@@ -34,12 +34,14 @@ from .fast import FAST
 from .gossip import Gossip
 from .local_sgd import LocalSGD
 from .sgp import SGP
+from .tracking import GradientTracking
 
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "allreduce": AllReduce,
     "localsgd": LocalSGD,
     "dpsgd": DPSGD,
     "choco": CHOCO,
+    "tracking": GradientTracking,
     "fast": FAST,
     "async": AsyncAveraging,
     "adpsgd": ADPSGD,

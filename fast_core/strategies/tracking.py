@@ -1,0 +1,83 @@
+"""Gradient tracking (DIGing: Nedic, Olshevsky and Shi 2017; here its adapt-then-combine form): decentralized SGD
+for shards that are not identically distributed.
+
+Under D-PSGD each worker descends its own shard's gradient, so with shards split by label the models are pulled
+toward different optima and gossip only partly reconciles them. Gradient tracking gives each worker a tracker y_i of
+the *average* gradient, mixed with the neighbours' every step and corrected by the change in its own gradient:
+
+    y_i <- sum_j w_ij (y_j + g_j - g_j^prev)    (before the optimizer step; y starts at W g)
+    x_i <- sum_j w_ij (x_j - lr y_j)            (the optimizer steps with y_i, then the parameters are mixed)
+
+With a doubly stochastic W the mean of the trackers equals the mean of the current gradients at every step, so the
+optimizer follows the global gradient whatever each shard holds. Two exchanges per step (the tracker and the
+parameters), each of the parameters' size: twice D-PSGD's bytes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..integrity import check_own, refused
+from ..mixing import axpy
+from ..topology import Topology, make_topology
+from ..transport.tags import Tag
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from .base import StepContext
+
+
+class GradientTracking(Strategy):
+    """DIGing in adapt-then-combine form on ``topology`` (time-varying graphs too: both exchanges use the step's
+    graph). The user's optimizer receives the tracker in place of the local gradient."""
+
+    name = "tracking"
+    uses_gradients = True
+
+    def __init__(self, topology: str | Topology = "ring", weights: str = "uniform") -> None:
+        self.topology = topology
+        self.weights = weights
+
+    def setup(self, ctx: StepContext) -> None:
+        self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
+        self._restart(ctx)
+
+    def _restart(self, ctx: StepContext) -> None:
+        self._tracker = np.zeros_like(ctx.layout.empty())  # y_i (mixed), then y_i + g_i - g_i^prev before the mix
+        self._previous = np.zeros_like(ctx.layout.empty())  # g_i^prev
+        self._sent = ctx.layout.empty()
+        self._received: dict[int, np.ndarray] = {}
+
+    def reset(self, ctx: StepContext) -> None:
+        self._restart(ctx)  # a loaded model's gradients start a new track (every rank resets together)
+
+    def _mix(self, ctx: StepContext, own: np.ndarray, what: str, tag: int) -> np.ndarray:
+        """sum_j w_ij v_j for v_i = ``own`` (replaced in place), over the step's graph; a NaN/Inf neighbour is
+        refused and its weight stays with this worker."""
+        step, rank = ctx.step, ctx.rank
+        sources = self._graph.in_neighbors(rank, step)
+        recvs = [self._received.setdefault(peer, ctx.layout.empty()) for peer in sources]
+        np.copyto(self._sent, own)
+        ctx.engine.wait_all(ctx.engine.exchange(self._sent, self._graph.out_neighbors(rank, step), recvs, sources, tag))
+        weights = self._graph.in_weights(rank, step)
+        heard = {peer: w for peer, w in weights.items() if not refused(ctx, peer, self._received[peer], what)}
+        own *= self._graph.self_weight(rank, step) + sum(w for peer, w in weights.items() if peer not in heard)
+        for peer, weight in heard.items():
+            axpy(weight, self._received[peer], own)
+        return own
+
+    def before_step(self, ctx: StepContext) -> None:
+        grads = ctx.model.grads()
+        check_own(ctx, grads, "gradients", every=1)
+        self._tracker += grads  # y + g - g_prev
+        self._tracker -= self._previous
+        np.copyto(self._previous, grads)
+        self._mix(ctx, self._tracker, "gradient trackers", Tag.GOSSIP)
+        ctx.model.set_grads(self._tracker)
+
+    def after_step(self, ctx: StepContext) -> None:
+        params = ctx.model.params()
+        check_own(ctx, params)
+        ctx.model.set_params(self._mix(ctx, params, "parameters", Tag.PARAMETERS))
