@@ -24,6 +24,22 @@ class SGD:
         """SGD keeps no state."""
 
 
+class Momentum:
+    """Heavy-ball SGD on a flat buffer: v <- beta v + g; x <- x - lr v (torch.optim.SGD's momentum, no dampening)."""
+
+    def __init__(self, lr: float = 0.1, beta: float = 0.9) -> None:
+        self.lr = lr
+        self.beta = beta
+        self.velocity: np.ndarray | None = None
+
+    def step(self, params: np.ndarray, grad: np.ndarray) -> None:
+        self.velocity = grad.copy() if self.velocity is None else self.beta * self.velocity + grad
+        params -= self.lr * self.velocity
+
+    def reset(self) -> None:
+        self.velocity = None
+
+
 class AdaGrad:
     """AdaGrad on a flat buffer: a stateful optimizer, as FAST's published setup used."""
 

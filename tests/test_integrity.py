@@ -88,7 +88,8 @@ def test_canonical_strategy_spells_every_option_and_reads_back(spec: str) -> Non
 
 def test_canonical_strategy_examples() -> None:
     assert canonical_strategy(make_strategy("localsgd")) == "localsgd:period=4"
-    assert canonical_strategy(make_strategy("dpsgd:ring")) == "dpsgd:topology=ring,weights=uniform,compress=none"
+    spelled = "dpsgd:topology=ring,weights=uniform,compress=none,qgm=0.0"
+    assert canonical_strategy(make_strategy("dpsgd:ring")) == spelled
     assert canonical_strategy(make_strategy("dpsgd:ring")) != canonical_strategy(make_strategy("dpsgd:torus"))
     assert canonical_strategy(make_strategy("allreduce:warmup=5")) == "allreduce:warmup=5"
     assert canonical_strategy(warmup(3, warmup(4, "sgp"))) == "schedule(3:allreduce;none:sgp:topology=exp1,warmup=4)"

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..compression import Codec, RandomK, TopK, make_codec
 from ..engine import Request
+from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology, is_column_stochastic, make_topology
@@ -28,14 +29,26 @@ class DPSGD(Strategy):
     ``compress``: the codec the parameters travel in (``fast_core.compression``: "fp16", "bf16", "int8"; "none"
     sends them as they are). The neighbours mix the decoded values, each worker its own exact ones, so the
     quantisation error (a relative 2^-11, 2^-8, or half a step of 1/127 of a block's largest value) enters the
-    mixing. Sparsifying codecs (top-k, random-k) are refused: zeros in place of parameters would pull every model
+    mixing.
+
+    ``qgm``: quasi-global momentum (Lin et al. 2021) with factor beta, for shards that are not identically
+    distributed, with the user's optimizer plain SGD (no momentum of its own). Local momentum there accumulates each
+    shard's own direction; QGM's buffer M accumulates what the worker actually moved, mixing included:
+    x_i <- sum_j w_ij x_j + delta_i - beta M_i, then M_i <- beta M_i + (1 - beta)(x_i^old - x_i^new)
+    (in parameter units: M is lr times the paper's buffer, so no learning rate is needed here). 0: off.
+
+    Sparsifying codecs (top-k, random-k) are refused: zeros in place of parameters would pull every model
     toward 0; they need compressed differences: CHOCO-SGD (``choco``).
     """
 
     name = "dpsgd"
 
     def __init__(
-        self, topology: str | Topology = "ring", weights: str = "uniform", compress: str | None = "none"
+        self,
+        topology: str | Topology = "ring",
+        weights: str = "uniform",
+        compress: str | None = "none",
+        qgm: float = 0.0,
     ) -> None:
         self.topology = topology
         self.weights = weights
@@ -46,6 +59,11 @@ class DPSGD(Strategy):
                 f"dpsgd cannot send parameters as {compress}: a sparsified parameter vector is mostly zeros; use "
                 "compress=fp16, bf16 or int8, or choco:...,compress=topk (CHOCO-SGD sends compressed differences)"
             )
+        if isinstance(qgm, bool) or not isinstance(qgm, int | float) or not 0 <= qgm < 1:
+            raise ConfigError(
+                f"dpsgd's qgm (quasi-global momentum) must be in [0, 1), got {qgm!r}; e.g. dpsgd:ring,qgm=0.9"
+            )
+        self.qgm = float(qgm)
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
@@ -62,6 +80,7 @@ class DPSGD(Strategy):
         self._received: dict[int, np.ndarray] = {}
         self._payloads: dict[int, np.ndarray] = {}  # under compress: what each neighbour's message holds
         self._requests: list[Request] = []
+        self._momentum = np.zeros_like(self._start) if self.qgm else None
         self._post(ctx, ctx.round)
 
     def _buffer(self, ctx: StepContext, peer: int) -> np.ndarray:
@@ -102,8 +121,18 @@ class DPSGD(Strategy):
         axpy(own - 1.0, self._start, params)
         for peer, weight in heard.items():
             axpy(weight, self._received[peer], params)
+        if self._momentum is not None:
+            self._quasi_global_momentum(params)
         ctx.model.set_params(params)
         self._post(ctx, step + 1)
+
+    def _quasi_global_momentum(self, params: np.ndarray) -> None:
+        """params -= beta M; then M <- beta M + (1 - beta)(x_start - params): what this step moved, mixing included."""
+        beta, momentum = self.qgm, self._momentum
+        axpy(-beta, momentum, params)
+        momentum *= beta
+        axpy(1.0 - beta, self._start, momentum)
+        axpy(beta - 1.0, params, momentum)
 
     def close(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)

@@ -134,8 +134,8 @@ def _compose(strategy: Strategy, composition: dict[str, object]) -> Strategy:
 
 def canonical_strategy(strategy: Strategy, shared: bool = False) -> str:
     """The strategy string of ``strategy`` with every option spelled out, e.g. "localsgd:period=4" or
-    "dpsgd:topology=ring,weights=uniform,compress=none,every=4": equal on two ranks exactly when they run the same
-    algorithm with the same options. For the built-in strategies with named topologies ``make_strategy`` reads it
+    "dpsgd:topology=ring,weights=uniform,compress=none,qgm=0.0,every=4": equal on two ranks exactly when they run the
+    same algorithm with the same options. For the built-in strategies with named topologies ``make_strategy`` reads it
     back; a Topology or graph object is shown with a digest of its edges and weights. ``shared=True`` leaves out
     the options each rank may choose for itself (``Strategy.rank_options``): what ``Worker.start`` compares across
     ranks."""
