@@ -27,4 +27,5 @@ def test_on_shards_split_by_label_tracking_keeps_the_worst_rank_where_dpsgd_lose
         options = ("--strategy", strategy, "--shards", "label", "--epochs", "6", "--lr", "0.1")
         output = run_mpi(4, EXAMPLES / "numpy_digits.py", *options)
         worst[strategy] = float(re.search(r"the worst rank's own model: ([0-9.]+)", output).group(1))
-    assert worst["tracking:ring"] > 0.85 and worst["dpsgd:ring"] < worst["tracking:ring"] - 0.04, worst  # 0.847 vs 0.911
+    # measured 0.847 (D-PSGD) against 0.911 (tracking)
+    assert worst["tracking:ring"] > 0.85 and worst["dpsgd:ring"] < worst["tracking:ring"] - 0.04, worst
