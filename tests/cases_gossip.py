@@ -11,8 +11,11 @@ from fast_core.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies.gossip import Gossip, peer_choices
 
 
-def reference_gossip(size: int, variant: str, seed: int, steps: int) -> np.ndarray:
-    """NumPy replay of synchronous gossip with the same seeded choices, every worker from rank 0's start."""
+def reference_gossip(size: int, variant: str, seed: int, steps: int, sent=None) -> np.ndarray:
+    """NumPy replay of synchronous gossip with the same seeded choices, every worker from rank 0's start.
+
+    ``sent(x)``: what a receiver gets of a worker's parameters (a codec's round trip); its own stay exact."""
+    sent = sent or (lambda value: value)
     x, y, shards, _ = task(size)
     probe = SoftmaxRegression(FEATURES, CLASSES)
     start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()
@@ -26,10 +29,10 @@ def reference_gossip(size: int, variant: str, seed: int, steps: int) -> np.ndarr
         mixed = states.copy()
         for i in range(size):
             if variant == "pull":
-                mixed[i] = (states[i] + states[choice[i]]) / 2
+                mixed[i] = states[i] if choice[i] == i else (states[i] + sent(states[choice[i]])) / 2
             else:
                 senders = [k for k in range(size) if choice[k] == i and k != i]
-                mixed[i] = (states[i] + states[senders].sum(axis=0)) / (1 + len(senders))
+                mixed[i] = (states[i] + sum((sent(states[k]) for k in senders), 0.0)) / (1 + len(senders))
         states = mixed
     return states
 

@@ -54,8 +54,12 @@ def case_adpsgd_refuses_a_directed_graph(engine: Engine) -> None:
         raise AssertionError("AD-PSGD accepted a directed graph")
 
 
-def _easgd_reference(size: int, steps: int, tau: int, alpha: float, order_within_round: bool):
-    """NumPy EASGD: all from rank 0's start; synchronous rounds, or rank-by-rank talks to the centre."""
+def easgd_reference(size: int, steps: int, tau: int, alpha: float, order_within_round: bool, sent=None):
+    """NumPy EASGD: all from rank 0's start; synchronous rounds, or rank-by-rank talks to the centre (rank 0).
+
+    ``sent(x)`` (synchronous rounds): what a receiver gets of a message (a codec's round trip): the members get the
+    centre's z through it, the centre each member's x; each rank's own values stay exact."""
+    sent = sent or (lambda value: value)
     x, y, shards, _ = task(size)
     start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()
     states = [start.copy() for _ in range(size)]
@@ -76,16 +80,15 @@ def _easgd_reference(size: int, steps: int, tau: int, alpha: float, order_within
         else:
             old = z.copy()
             for r in range(size):
-                d = alpha * (states[r] - old)
-                states[r] -= d
-                z += d
+                z += alpha * ((states[r] if r == 0 else sent(states[r])) - old)
+                states[r] -= alpha * (states[r] - (old if r == 0 else sent(old)))
     return states, z
 
 
 def case_easgd_synchronous_matches_reference(engine: Engine) -> None:
     strategy = EASGD(tau=3, alpha=0.2)
     model, _ = train(engine, strategy, steps=12)
-    states, z = _easgd_reference(engine.size, 12, 3, 0.2, order_within_round=False)
+    states, z = easgd_reference(engine.size, 12, 3, 0.2, order_within_round=False)
     np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
     if engine.rank == 0:
         np.testing.assert_allclose(strategy.center_params(), z, rtol=0, atol=1e-10)
@@ -106,7 +109,7 @@ def case_easgd_asynchronous_follows_rule_in_fixed_order(engine: Engine) -> None:
                 worker.after_step()
             engine.barrier()
     worker.close()
-    states, z = _easgd_reference(engine.size, 8, 2, 0.2, order_within_round=True)
+    states, z = easgd_reference(engine.size, 8, 2, 0.2, order_within_round=True)
     np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
     if engine.rank == 0:
         np.testing.assert_allclose(strategy.center_params(), z, rtol=0, atol=1e-10)

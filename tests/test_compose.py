@@ -50,10 +50,11 @@ def test_composition_keys_as_overrides_also_on_objects() -> None:
 
 def test_repr_shows_the_composition() -> None:
     assert repr(make_strategy("localsgd:period=8")) == "LocalSGD(period=8)"
-    every = "Every(k=4, inner=DPSGD(topology='ring', weights='uniform', compress='none'))"
+    every = "Every(k=4, inner=DPSGD(topology='ring', weights='uniform', compress='none', qgm=0.0))"
     assert repr(make_strategy("dpsgd:ring,every=4")) == every
     assert repr(warmup(100, "dpsgd:ring")) == (
-        "Schedule(phases=[(100, AllReduce()), (None, DPSGD(topology='ring', weights='uniform', compress='none'))])"
+        "Schedule(phases=[(100, AllReduce()), "
+        "(None, DPSGD(topology='ring', weights='uniform', compress='none', qgm=0.0))])"
     )
 
 
@@ -70,7 +71,7 @@ def test_repr_shows_the_composition() -> None:
         ("dpsgd:ring,warmup=-1", r"warmup must be a whole number of steps >= 0, got -1"),
         (
             "dpsgd:ring,period=3",
-            r"strategy 'dpsgd' has no option 'period'; it takes: topology, weights, compress, every, warmup",
+            r"strategy 'dpsgd' has no option 'period'; it takes: topology, weights, compress, qgm, every, warmup",
         ),
         ("allreduce:staleness=2", r"strategy 'allreduce' has no option 'staleness'; it takes: every, warmup"),
         ("localsgd:8", r"no option 'topology' \(a bare item sets the topology\); it takes: period, every, warmup"),

@@ -23,8 +23,9 @@ def test_bad_seed_is_a_config_error(seed: object) -> None:
 
 def test_defaults_and_repr() -> None:
     assert Gossip.name == "gossip"
-    assert repr(Gossip()) == "Gossip(variant='pull', synchronous=True, seed=0)"
-    assert repr(Gossip("push", synchronous=False, seed=3)) == "Gossip(variant='push', synchronous=False, seed=3)"
+    assert repr(Gossip()) == "Gossip(variant='pull', synchronous=True, seed=0, compress='none')"
+    pushed = "Gossip(variant='push', synchronous=False, seed=3, compress='none')"
+    assert repr(Gossip("push", synchronous=False, seed=3)) == pushed
     strategy = Gossip("push")
     assert make_strategy(strategy) is strategy
 

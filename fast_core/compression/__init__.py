@@ -3,37 +3,27 @@
     codec = make_codec("int8:block=128")      # none, fp16, bf16, int8[:block=B], topk[:ratio=R], randomk[:ratio=R]
     payload = codec.encode(x); y = codec.decode(payload, len(x))
 
-Used by D-PSGD's parameter messages (``dpsgd:ring,compress=int8``: dense codecs only) and by CHOCO-SGD's
-compressed differences (``choco:ring,compress=topk:ratio=0.01``: any codec).
+The parameter messages of D-PSGD, synchronous gossip and synchronous EASGD go through ``ParameterWire``
+(``dpsgd:ring,compress=int8``: dense codecs only); CHOCO-SGD's compressed differences take any codec
+(``choco:ring,compress=topk:ratio=0.01``).
 """
 
 from __future__ import annotations
 
 from .codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
 from .feedback import ErrorFeedback
+from .registry import make_codec
+from .wire import ParameterWire, parameter_codec
 
-__all__ = ["BFloat16", "Codec", "ErrorFeedback", "Float16", "Int8", "RandomK", "TopK", "make_codec"]
-
-_CODECS = {"none": Codec, "fp16": Float16, "bf16": BFloat16, "int8": Int8, "topk": TopK, "randomk": RandomK}
-_OPTIONS = {"block": ("block", int), "ratio": ("ratio_kept", float)}
-
-
-def make_codec(spec: str) -> Codec:
-    """A codec from its spec, e.g. ``"fp16"``, ``"int8:block=64"``, ``"topk:ratio=0.01"``."""
-    name, _, rest = spec.partition(":")
-    if name not in _CODECS:
-        raise ValueError(f"unknown codec {name!r} in {spec!r}: choose one of {', '.join(_CODECS)}")
-    options = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        if key not in _OPTIONS or not value:
-            raise ValueError(f"codec option {item!r} in {spec!r}: give block=<int> (int8) or ratio=<float> (topk)")
-        field, kind = _OPTIONS[key]
-        try:
-            options[field] = kind(value)
-        except ValueError:
-            raise ValueError(f"codec option {item!r} in {spec!r}: {value!r} is not a {kind.__name__}") from None
-    try:
-        return _CODECS[name](**options)
-    except TypeError:
-        raise ValueError(f"codec {name!r} takes no option {', '.join(options)} ({spec!r})") from None
+__all__ = [
+    "BFloat16",
+    "Codec",
+    "ErrorFeedback",
+    "Float16",
+    "Int8",
+    "ParameterWire",
+    "RandomK",
+    "TopK",
+    "make_codec",
+    "parameter_codec",
+]

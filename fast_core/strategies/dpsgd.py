@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import Codec, RandomK, TopK, make_codec
+from ..compression import ParameterWire, parameter_codec
 from ..engine import Request
 from ..errors import ConfigError
 from ..integrity import check_own, refused
@@ -52,13 +52,8 @@ class DPSGD(Strategy):
     ) -> None:
         self.topology = topology
         self.weights = weights
-        self.compress = compress = "none" if compress is None else str(compress)  # a strategy string's none: None
-        self._codec: Codec | None = None if compress == "none" else make_codec(compress)
-        if isinstance(self._codec, TopK | RandomK):
-            raise ValueError(
-                f"dpsgd cannot send parameters as {compress}: a sparsified parameter vector is mostly zeros; use "
-                "compress=fp16, bf16 or int8, or choco:...,compress=topk (CHOCO-SGD sends compressed differences)"
-            )
+        self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec = parameter_codec(compress, "dpsgd")
         if isinstance(qgm, bool) or not isinstance(qgm, int | float) or not 0 <= qgm < 1:
             raise ConfigError(
                 f"dpsgd's qgm (quasi-global momentum) must be in [0, 1), got {qgm!r}; e.g. dpsgd:ring,qgm=0.9"
@@ -78,7 +73,7 @@ class DPSGD(Strategy):
             )
         self._start = ctx.layout.empty()  # own parameters at the start of the step, also the send buffer
         self._received: dict[int, np.ndarray] = {}
-        self._payloads: dict[int, np.ndarray] = {}  # under compress: what each neighbour's message holds
+        self._wire = ParameterWire(self._codec)
         self._requests: list[Request] = []
         self._momentum = np.zeros_like(self._start) if self.qgm else None
         self._post(ctx, ctx.round)
@@ -92,24 +87,13 @@ class DPSGD(Strategy):
         np.copyto(self._start, ctx.model.params())
         sources = self._graph.in_neighbors(ctx.rank, step)
         dests = self._graph.out_neighbors(ctx.rank, step)
-        if self._codec is None:
-            recvs = [self._buffer(ctx, peer) for peer in sources]
-            self._requests = ctx.engine.exchange(self._start, dests, recvs, sources, Tag.PARAMETERS)
-        else:
-            send = self._codec.encode(self._start)  # every payload of one codec and size has the same length
-            recvs = [self._payloads.setdefault(peer, np.empty_like(send)) for peer in sources]
-            self._requests = ctx.engine.exchange(send, dests, recvs, sources, Tag.PARAMETERS)
-        self._sources = sources
+        recvs = [self._buffer(ctx, peer) for peer in sources]
+        self._requests = self._wire.exchange(ctx.engine, self._start, dests, recvs, sources, Tag.PARAMETERS)
         self._round = step
-
-    def _decode(self, ctx: StepContext) -> None:
-        for peer in self._sources:
-            self._buffer(ctx, peer)[:] = self._codec.decode(self._payloads[peer], ctx.layout.size)
 
     def after_step(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)
-        if self._codec is not None:
-            self._decode(ctx)
+        self._wire.finish()
         params = ctx.model.params()
         check_own(ctx, params)
         rank, step = ctx.rank, self._round

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import ParameterWire, parameter_codec
 from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
@@ -41,16 +42,24 @@ class ElasticRound(Strategy, ChoosesVariant):
     name = "elastic"
     synchronous: bool
 
-    def __init__(self, alpha: float | None = None, center: int = 0) -> None:
+    def __init__(self, alpha: float | None = None, center: int = 0, compress: str | None = "none") -> None:
         if alpha is not None and not 0 < alpha < 1:
             raise ConfigError(f"alpha (the elastic moving rate) must be in (0, 1), got {alpha}")
         self.alpha = alpha
         self.center = center
+        self.compress = "none" if compress is None else str(compress)
+        self._codec = parameter_codec(compress, "easgd")
+        if self._codec is not None and not self.synchronous:
+            raise ConfigError(
+                f"asynchronous EASGD cannot send compress={compress}: the centre's service answers with float64 "
+                "parameters only; use easgd:synchronous=true,compress=..."
+            )
 
     def setup(self, ctx: StepContext) -> None:
         if not 0 <= self.center < ctx.size:
             raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{ctx.size - 1}")
         self._alpha = self.alpha if self.alpha is not None else 0.9 / ctx.size
+        self._wire = ParameterWire(self._codec)
         self._others = [r for r in range(ctx.size) if r != self.center]
         if ctx.rank == self.center:
             self._z: np.ndarray | None = np.array(ctx.model.params(), copy=True)
@@ -114,7 +123,7 @@ class SyncEASGD(ElasticRound):
         z = self._z
         np.copyto(self._z_sent, z)
         others = self._others
-        ctx.engine.wait_all(ctx.engine.exchange(self._z_sent, others, self._received, others, tag=Tag.PARAMETERS))
+        self._wire.exchange_and_wait(ctx.engine, self._z_sent, others, self._received, others, Tag.PARAMETERS)
         # z + alpha sum_j (x_j - z) over the members heard (a NaN/Inf x_j is refused: it does not move z)
         heard = [x for peer, x in zip(others, self._received, strict=True) if not refused(ctx, peer, x)]
         for x in (*heard, params):
@@ -125,7 +134,7 @@ class SyncEASGD(ElasticRound):
     def _member_round(self, ctx: StepContext, params: np.ndarray) -> None:
         np.copyto(self._x_sent, params)
         centre = [self.center]
-        ctx.engine.wait_all(ctx.engine.exchange(self._x_sent, centre, [self._z_in], centre, tag=Tag.PARAMETERS))
+        self._wire.exchange_and_wait(ctx.engine, self._x_sent, centre, [self._z_in], centre, Tag.PARAMETERS)
         if not refused(ctx, self.center, self._z_in):  # a NaN/Inf centre is not followed
             self._pull(params, self._z_in)
 
@@ -141,9 +150,17 @@ class EASGD(Every):
 
     name = "easgd"
 
-    def __init__(self, tau: int = 4, alpha: float | None = None, center: int = 0, synchronous: bool = True) -> None:
+    def __init__(
+        self,
+        tau: int = 4,
+        alpha: float | None = None,
+        center: int = 0,
+        synchronous: bool = True,
+        compress: str | None = "none",
+    ) -> None:
         tau = check_steps(tau, "EASGD tau (steps between talks with the centre)", "easgd:tau=4 talks every 4 steps")
-        super().__init__(tau, ElasticRound._variant(check_flag(synchronous, "synchronous"))(alpha, center))
+        variant = ElasticRound._variant(check_flag(synchronous, "synchronous"))
+        super().__init__(tau, variant(alpha, center, compress))
 
     @property
     def tau(self) -> int:
@@ -162,10 +179,17 @@ class EASGD(Every):
     def synchronous(self) -> bool:
         return self.inner.synchronous
 
+    @property
+    def compress(self) -> str:
+        return self.inner.compress
+
     def center_params(self) -> np.ndarray | None:
         """The centre variable z (on the centre rank; None elsewhere): the model EASGD delivers."""
         return self.inner.center_params()
 
     def __repr__(self) -> str:
         r = self.inner
-        return f"EASGD(tau={self.tau}, alpha={r.alpha!r}, center={r.center!r}, synchronous={r.synchronous!r})"
+        return (
+            f"EASGD(tau={self.tau}, alpha={r.alpha!r}, center={r.center!r}, synchronous={r.synchronous!r}, "
+            f"compress={r.compress!r})"
+        )

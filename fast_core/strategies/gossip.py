@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import ParameterWire, parameter_codec
 from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
@@ -60,10 +61,14 @@ class Gossip(Strategy, ChoosesVariant):
     bare_option = "variant"  # "gossip:push" in a strategy string
     synchronous = True  # the family's default; each variant declares its own
 
-    def __new__(cls, variant: str = "pull", synchronous: bool | None = None, seed: int = 0) -> Gossip:
+    def __new__(
+        cls, variant: str = "pull", synchronous: bool | None = None, seed: int = 0, compress: str | None = "none"
+    ) -> Gossip:
         return super().__new__(cls._variant(synchronous))
 
-    def __init__(self, variant: str = "pull", synchronous: bool | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, variant: str = "pull", synchronous: bool | None = None, seed: int = 0, compress: str | None = "none"
+    ) -> None:
         check_variant(self, synchronous)
         if variant not in VARIANTS:
             raise ConfigError(f"gossip variant must be 'pull' or 'push', got {variant!r}")
@@ -71,9 +76,19 @@ class Gossip(Strategy, ChoosesVariant):
             raise ConfigError(f"gossip seed must be an integer >= 0 (all ranks must give the same), got {seed!r}")
         self.variant = variant
         self.seed = int(seed)
+        self.compress = "none" if compress is None else str(compress)
+        self._codec = parameter_codec(compress, "gossip")
+        if self._codec is not None and not self.synchronous:
+            raise ConfigError(
+                f"asynchronous gossip cannot send compress={compress}: its communication thread's mailboxes carry "
+                "float64 parameters only; use gossip:synchronous=true,compress=... or dpsgd/choco"
+            )
 
     def __repr__(self) -> str:
-        return f"Gossip(variant={self.variant!r}, synchronous={self.synchronous!r}, seed={self.seed!r})"
+        return (
+            f"Gossip(variant={self.variant!r}, synchronous={self.synchronous!r}, seed={self.seed!r}, "
+            f"compress={self.compress!r})"
+        )
 
 
 class SyncGossip(Gossip):
@@ -84,6 +99,7 @@ class SyncGossip(Gossip):
 
     def setup(self, ctx: StepContext) -> None:
         self._send = ctx.layout.empty()
+        self._wire = ParameterWire(self._codec)
         self._pool: list[np.ndarray] = []  # receive buffers, grown to the most arrivals seen in one step
 
     def _receive_buffers(self, ctx: StepContext, count: int) -> list[np.ndarray]:
@@ -108,7 +124,7 @@ class SyncGossip(Gossip):
         if dests:
             np.copyto(self._send, params)
         recvs = self._receive_buffers(ctx, len(sources))
-        ctx.engine.wait_all(ctx.engine.exchange(self._send, dests, recvs, sources, Tag.GOSSIP))
+        self._wire.exchange_and_wait(ctx.engine, self._send, dests, recvs, sources, Tag.GOSSIP)
         if recvs:
             kept = [buf for peer, buf in zip(sources, recvs, strict=True) if not refused(ctx, peer, buf)]
             average_into(params, kept, refusals=len(recvs) - len(kept))
