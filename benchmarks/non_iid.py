@@ -24,6 +24,7 @@ ROWS = [  # (label, strategy, example options)
     ("D-PSGD, quasi-global momentum 0.9", "dpsgd:ring,qgm=0.9", []),
     ("gradient tracking", "tracking:ring", []),
     ("CHOCO-SGD top-10%", "choco:ring", []),
+    ("CHOCO-SGD int8", "choco:ring,compress=int8", []),
 ]
 
 

@@ -17,6 +17,8 @@ from .collectives import JOB, check_same_arrays, gather_arrays, gather_texts
 from .engine import Engine
 from .runtime import init as _start
 from .runtime import local_rank, local_size, rank, size
+from .strategies import AllReduce, Strategy
+from .strategies.spec import resolve_strategy
 
 __all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod's own names
     "Adasum",
@@ -120,17 +122,43 @@ def check_optimizer_options(op: ReduceOp, gradient_predivide_factor: float, back
         raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
 
 
-def check_compression(compression: Any, engine: Engine) -> None:
-    """Accept Horovod's two compressors (their classes carry ``wire``: "none" or "fp16"); fp16 is said once, on
-    rank 0, not to be applied yet. Anything else raises."""
+def compression_wire(compression: Any) -> str:
+    """"none" or "fp16" for Horovod's two compressors (their classes carry ``wire``); anything else raises."""
     wire = "none" if compression is None else getattr(compression, "wire", None)
     if wire not in ("none", "fp16"):
         raise ValueError(
             f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, the "
             "compressors FAST accepts"
         )
-    if wire == "fp16" and engine.rank == 0:
-        log.warning("compression=hvd.Compression.fp16 is accepted, but FAST sends its messages uncompressed for now")
+    return wire
+
+
+def check_compression(compression: Any, engine: Engine) -> None:
+    """Accept Horovod's two compressors where FAST sends the tensor as it is (a metric's all-reduce, Keras'
+    optimizer, whose strategy the callback chooses): fp16 is said once, on rank 0."""
+    if compression_wire(compression) == "fp16" and engine.rank == 0:
+        log.warning(
+            "compression=hvd.Compression.fp16 is accepted, but this tensor is sent uncompressed (for the gradients "
+            "of a Keras model, run the strategy allreduce:compress=fp16: fast run --strategy allreduce:compress=fp16)"
+        )
+
+
+def compressed_strategy(compression: Any, strategy: Strategy | str | None, engine: Engine) -> Strategy | str | None:
+    """The strategy of a Horovod DistributedOptimizer given ``compression``: under hvd.Compression.fp16 the
+    default all-reduce becomes ``allreduce:compress=fp16`` (the gradients summed in a ring of fp16 messages, as
+    Horovod does); another strategy is kept as it is, and said once (name ``compress=`` in its string)."""
+    if compression_wire(compression) == "none":
+        return strategy
+    resolved = resolve_strategy(strategy)
+    if type(resolved) is AllReduce and resolved.compress == "none":
+        return AllReduce(compress="fp16")
+    if engine.rank == 0:
+        log.warning(
+            "compression=hvd.Compression.fp16 applies to all-reduce; under %s the messages are as its strategy "
+            "string says (e.g. dpsgd:ring,compress=fp16)",
+            resolved,
+        )
+    return resolved
 
 
 def reduce_min_max(values: np.ndarray, op: ReduceOp, engine: Engine) -> np.ndarray:

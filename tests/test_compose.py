@@ -73,7 +73,7 @@ def test_repr_shows_the_composition() -> None:
             "dpsgd:ring,period=3",
             r"strategy 'dpsgd' has no option 'period'; it takes: topology, weights, compress, qgm, every, warmup",
         ),
-        ("allreduce:staleness=2", r"strategy 'allreduce' has no option 'staleness'; it takes: every, warmup"),
+        ("allreduce:staleness=2", r"strategy 'allreduce' has no option 'staleness'; it takes: compress, every, warmup"),
         ("localsgd:8", r"no option 'topology' \(a bare item sets the topology\); it takes: period, every, warmup"),
         ("dpsgd:ring,every=2,every=3", "given twice"),
     ],

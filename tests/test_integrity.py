@@ -91,8 +91,9 @@ def test_canonical_strategy_examples() -> None:
     spelled = "dpsgd:topology=ring,weights=uniform,compress=none,qgm=0.0"
     assert canonical_strategy(make_strategy("dpsgd:ring")) == spelled
     assert canonical_strategy(make_strategy("dpsgd:ring")) != canonical_strategy(make_strategy("dpsgd:torus"))
-    assert canonical_strategy(make_strategy("allreduce:warmup=5")) == "allreduce:warmup=5"
-    assert canonical_strategy(warmup(3, warmup(4, "sgp"))) == "schedule(3:allreduce;none:sgp:topology=exp1,warmup=4)"
+    assert canonical_strategy(make_strategy("allreduce:warmup=5")) == "allreduce:compress=none,warmup=5"
+    nested = "schedule(3:allreduce:compress=none;none:sgp:topology=exp1,warmup=4)"
+    assert canonical_strategy(warmup(3, warmup(4, "sgp"))) == nested
     assert canonical_strategy(Every(2, Schedule([(5, "sgp"), (None, "allreduce")]))).startswith("every(2,schedule(")
 
 

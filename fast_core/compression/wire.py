@@ -23,8 +23,9 @@ def parameter_codec(compress: str | None, who: str) -> Codec | None:
     codec = make_codec(str(compress))
     if isinstance(codec, TopK | RandomK):
         raise ValueError(
-            f"{who} cannot send parameters as {compress}: a sparsified parameter vector is mostly zeros; use "
-            "compress=fp16, bf16 or int8, or choco:...,compress=topk (CHOCO-SGD sends compressed differences)"
+            f"{who} cannot send its vectors as {compress}: a sparsified parameter vector is mostly zeros (and a sum "
+            "of sparse gradients is dense); use compress=fp16, bf16 or int8, or choco:...,compress=topk (CHOCO-SGD "
+            "sends compressed differences)"
         )
     return codec
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..compression import parameter_codec
+from ..compression.ring import ring_allreduce
 from ..integrity import check_own
+from ..transport.tags import Tag
 from .base import Strategy
 
 if TYPE_CHECKING:
@@ -12,14 +15,29 @@ if TYPE_CHECKING:
 
 
 class AllReduce(Strategy):
-    """x_i <- x_i - eta * (1/N) sum_j g_j: gradients averaged before the optimizer step, workers stay identical."""
+    """x_i <- x_i - eta * (1/N) sum_j g_j: gradients averaged before the optimizer step, workers stay identical.
+
+    ``compress``: "fp16", "bf16" or "int8" sums the gradients in a ring of point-to-point messages through that
+    codec (``fast_core.compression.ring``: 2 (N - 1) / N of the gradient in the codec's bytes, as Horovod's
+    ``Compression.fp16``); "none" (the default) is the MPI library's own all-reduce.
+    """
 
     name = "allreduce"
     uses_gradients = True
 
+    def __init__(self, compress: str | None = "none") -> None:
+        self.compress = "none" if compress is None else str(compress)
+        self._codec = parameter_codec(compress, "allreduce")
+
+    def __repr__(self) -> str:
+        return "AllReduce()" if self._codec is None else f"AllReduce(compress={self.compress!r})"
+
     def before_step(self, ctx: StepContext) -> None:
         grads = ctx.model.grads()
         check_own(ctx, grads, "gradients", every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
-        ctx.engine.allreduce(grads, kind="gradients")  # never matches another rank's average_params
+        if self._codec is None:
+            ctx.engine.allreduce(grads, kind="gradients")  # never matches another rank's average_params
+        else:
+            ring_allreduce(ctx.engine, grads, self._codec, Tag.RING)
         grads *= 1.0 / ctx.size
         ctx.model.set_grads(grads)

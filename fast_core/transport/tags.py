@@ -17,6 +17,7 @@ class Tag(IntEnum):
     PARAMETERS = 0  # D-PSGD's neighbour exchange, synchronous FAST's gradients, synchronous EASGD's round
     PUSH_SUM = 41  # SGP's (x, w) pushes
     GOSSIP = 43  # synchronous gossip
+    RING = 45  # the compressed ring all-reduce's chunks (allreduce:compress=...)
 
 
 class MailboxTag(IntEnum):

@@ -141,3 +141,14 @@ def test_the_optimizer_is_the_users_own_with_horovods_methods() -> None:
         optimizer.step()
     np.testing.assert_allclose(grad.numpy(), np.full((1, 3), 2.0))
     np.testing.assert_allclose(model.weight.detach().numpy(), (before - 0.1 * grad).numpy(), rtol=1e-6)
+
+
+def test_fp16_compression_sends_the_gradients_through_the_fp16_ring() -> None:
+    model = torch.nn.Linear(3, 1)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), compression=hvd.Compression.fp16)
+    assert repr(optimizer.fast_worker.strategy) == "AllReduce(compress='fp16')"  # fast_core.compression.ring
+    other = torch.nn.Linear(3, 1)
+    kept = hvd.DistributedOptimizer(
+        torch.optim.SGD(other.parameters(), lr=0.1), compression=hvd.Compression.fp16, strategy="dpsgd:ring"
+    )
+    assert kept.fast_worker.strategy.name == "dpsgd" and kept.fast_worker.strategy.compress == "none"

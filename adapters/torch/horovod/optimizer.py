@@ -22,9 +22,9 @@ from fast_core.horovod import (
     Average,
     ReduceOp,
     Sum,
-    check_compression,
     check_optimizer_options,
     check_process_set,
+    compressed_strategy,
     global_process_set,
     resolve_op,
 )
@@ -73,7 +73,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     op = resolve_op(op)
     check_optimizer_options(op, gradient_predivide_factor, backward_passes_per_step)
     check_process_set(process_set)
-    check_compression(compression, default_engine())
+    strategy = compressed_strategy(compression, strategy, default_engine())
     named = _named(optimizer, named_parameters)
     optimizer = _fast_optimizer(optimizer, _Parameters(named), strategy, budget=budget)
     worker = optimizer.fast_worker
