@@ -10,6 +10,7 @@ from .async_avg import AsyncAveraging
 from .base import Strategy
 from .choco import CHOCO
 from .compose import Every, Schedule, warmup
+from .diloco import DiLoCo
 from .dpsgd import DPSGD
 from .easgd import EASGD, SyncEASGD
 from .easgd_async import AsyncEASGD
@@ -35,6 +36,7 @@ __all__ = [
     "AsyncEASGD",
     "AsyncFAST",
     "AsyncGossip",
+    "DiLoCo",
     "Every",
     "Gossip",
     "GradientTracking",

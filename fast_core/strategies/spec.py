@@ -1,4 +1,5 @@
-"""Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis", "localsgd:period=8".
+"""Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis", "localsgd:period=8",
+"diloco:period=100".
 
 The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology (or the
 option a strategy names in ``bare_option``, e.g. gossip's variant: "gossip:push"). Two keys
@@ -28,6 +29,7 @@ from .async_avg import AsyncAveraging
 from .base import Strategy
 from .choco import CHOCO
 from .compose import Every, Schedule, read_strings_with, warmup
+from .diloco import DiLoCo
 from .dpsgd import DPSGD
 from .easgd import EASGD
 from .fast import FAST
@@ -39,6 +41,7 @@ from .tracking import GradientTracking
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "allreduce": AllReduce,
     "localsgd": LocalSGD,
+    "diloco": DiLoCo,
     "dpsgd": DPSGD,
     "choco": CHOCO,
     "tracking": GradientTracking,

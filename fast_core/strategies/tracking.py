@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..integrity import check_own, refused
-from ..mixing import axpy
+from ..integrity import check_own
 from ..topology import Topology, make_topology
 from ..transport.tags import Tag
 from .base import Strategy
+from .neighbours import NeighbourMix
 
 if TYPE_CHECKING:
     from .base import StepContext
@@ -42,31 +42,15 @@ class GradientTracking(Strategy):
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
+        self._mix = NeighbourMix(self._graph)
         self._restart(ctx)
 
     def _restart(self, ctx: StepContext) -> None:
         self._tracker = np.zeros_like(ctx.layout.empty())  # y_i (mixed), then y_i + g_i - g_i^prev before the mix
         self._previous = np.zeros_like(ctx.layout.empty())  # g_i^prev
-        self._sent = ctx.layout.empty()
-        self._received: dict[int, np.ndarray] = {}
 
     def reset(self, ctx: StepContext) -> None:
         self._restart(ctx)  # a loaded model's gradients start a new track (every rank resets together)
-
-    def _mix(self, ctx: StepContext, own: np.ndarray, what: str, tag: int) -> np.ndarray:
-        """sum_j w_ij v_j for v_i = ``own`` (replaced in place), over the step's graph; a NaN/Inf neighbour is
-        refused and its weight stays with this worker."""
-        step, rank = ctx.step, ctx.rank
-        sources = self._graph.in_neighbors(rank, step)
-        recvs = [self._received.setdefault(peer, ctx.layout.empty()) for peer in sources]
-        np.copyto(self._sent, own)
-        ctx.engine.wait_all(ctx.engine.exchange(self._sent, self._graph.out_neighbors(rank, step), recvs, sources, tag))
-        weights = self._graph.in_weights(rank, step)
-        heard = {peer: w for peer, w in weights.items() if not refused(ctx, peer, self._received[peer], what)}
-        own *= self._graph.self_weight(rank, step) + sum(w for peer, w in weights.items() if peer not in heard)
-        for peer, weight in heard.items():
-            axpy(weight, self._received[peer], own)
-        return own
 
     def before_step(self, ctx: StepContext) -> None:
         grads = ctx.model.grads()
@@ -74,10 +58,10 @@ class GradientTracking(Strategy):
         self._tracker += grads  # y + g - g_prev
         self._tracker -= self._previous
         np.copyto(self._previous, grads)
-        self._mix(ctx, self._tracker, "gradient trackers", Tag.GOSSIP)
+        self._mix(ctx, self._tracker, ctx.step, "gradient trackers", Tag.GOSSIP)
         ctx.model.set_grads(self._tracker)
 
     def after_step(self, ctx: StepContext) -> None:
         params = ctx.model.params()
         check_own(ctx, params)
-        ctx.model.set_params(self._mix(ctx, params, "parameters", Tag.PARAMETERS))
+        ctx.model.set_params(self._mix(ctx, params, ctx.step, "parameters", Tag.PARAMETERS))

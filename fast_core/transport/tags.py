@@ -18,6 +18,7 @@ class Tag(IntEnum):
     PUSH_SUM = 41  # SGP's (x, w) pushes
     GOSSIP = 43  # synchronous gossip
     RING = 45  # the compressed ring all-reduce's chunks (allreduce:compress=...)
+    PSEUDO_GRADIENTS = 47  # decentralized DiLoCo's outer round
 
 
 class MailboxTag(IntEnum):

@@ -1,0 +1,171 @@
+"""DiLoCo (Douillard et al. 2023): local SGD with an outer optimizer, and its streaming and decentralized forms.
+
+Every worker keeps the outer parameters theta (equal on all workers) and an outer momentum v. The user's optimizer
+takes ``period`` inner steps from theta; then the pseudo-gradient delta_i = theta - x_i is averaged over the
+workers (one all-reduce of the parameters' size) and the outer optimizer, SGD with Nesterov momentum, moves theta:
+
+    v <- mu v + delta;   theta <- theta - outer_lr (delta + mu v)      (nesterov=false: theta - outer_lr v)
+
+and every worker starts its next inner steps from the new theta. ``outer_lr=1, momentum=0`` is local SGD.
+
+Streaming DiLoCo (Douillard et al. 2025), ``fragments=F``: the flat parameter vector is cut into F contiguous
+fragments (``np.array_split``); fragment f has its outer step after every step k with (k + 1 + f*H//F) % H == 0,
+so each exchange carries 1/F of the model and the peak bandwidth drops F-fold; the other fragments go on with
+their inner steps. The paper's overlap of an exchange with the next steps needs a nonblocking all-reduce, which
+the Engine protocol does not have; it is left out.
+
+Decentralized DiLoCo, ``topology=ring`` (``diloco:ring``): the average is one gossip round instead,
+delta_i <- sum_j w_ij delta_j with the topology's mixing weights (``NeighbourMix``, as gradient tracking uses), and
+each worker keeps its own theta_i and v_i.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..integrity import check_own
+from ..mixing import axpy
+from ..topology import Topology, make_topology
+from ..transport.tags import Tag
+from .base import Strategy
+from .checks import check_flag, check_steps
+from .neighbours import NeighbourMix
+
+if TYPE_CHECKING:
+    from .base import GroupChange, StepContext
+
+EXAMPLE = "diloco:period=100,outer_lr=0.7,momentum=0.9,nesterov=true"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class DiLoCo(Strategy):
+    """Inner steps by the user's optimizer, outer Nesterov steps on the averaged (or gossiped) pseudo-gradient.
+
+    ``period`` H: inner steps between two outer steps of a fragment. ``outer_lr``, ``momentum``, ``nesterov``: the
+    outer optimizer (the paper's 0.7, 0.9, Nesterov). ``fragments``: streaming DiLoCo's F (1 to H). ``topology``:
+    None for the all-reduce average, else a topology name or object for decentralized DiLoCo; ``weights`` its
+    mixing-weight rule.
+    """
+
+    name = "diloco"
+
+    def __init__(
+        self,
+        topology: str | Topology | None = None,
+        period: int = 100,
+        outer_lr: float = 0.7,
+        momentum: float = 0.9,
+        nesterov: bool = True,
+        fragments: int = 1,
+        weights: str = "uniform",
+    ) -> None:
+        self.topology = topology
+        self.period = check_steps(period, "diloco's period", "diloco:period=100 has an outer step every 100 steps")
+        if not _number(outer_lr) or not 0 < outer_lr < float("inf"):
+            raise ConfigError(f"diloco's outer_lr must be a number > 0, got {outer_lr!r}; e.g. {EXAMPLE}")
+        if not _number(momentum) or not 0 <= momentum < 1:
+            raise ConfigError(f"diloco's momentum (the outer one) must be in [0, 1), got {momentum!r}; e.g. {EXAMPLE}")
+        self.outer_lr, self.momentum = float(outer_lr), float(momentum)
+        try:
+            self.nesterov = check_flag(nesterov, "diloco's nesterov")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; e.g. diloco:period=100,nesterov=false") from None
+        if isinstance(fragments, bool) or not isinstance(fragments, int) or not 1 <= fragments <= self.period:
+            raise ConfigError(
+                f"diloco's fragments must be a whole number from 1 to the period ({self.period}), got {fragments!r}; "
+                f"e.g. diloco:period={self.period},fragments={min(4, self.period)} (each exchange then carries 1/"
+                f"{min(4, self.period)} of the model)"
+            )
+        self.fragments = fragments
+        if topology is None and weights != "uniform":
+            raise ConfigError(
+                f"diloco's weights={weights!r} mixes over a topology, and none is given; e.g. diloco:ring,weights="
+                f"{weights} (decentralized DiLoCo), or leave weights out for the all-reduce average"
+            )
+        self.weights = weights
+
+    # schedule ------------------------------------------------------------------------------------------------------
+    def _fragment_due(self, step: int) -> int | None:
+        """The fragment whose outer step comes after optimizer step ``step``, if any."""
+        return self._by_offset.get((-(step + 1)) % self.period)
+
+    def _outer_round(self, step: int) -> int:
+        """How many outer exchanges (all fragments) happened before the one at ``step``: a time-varying topology's
+        index, derived from the step so every rank, a replacement included, agrees without counting."""
+        return sum((step + 1 + offset) // self.period for offset in self._by_offset) - 1
+
+    # setup ---------------------------------------------------------------------------------------------------------
+    def _prepare(self, ctx: StepContext) -> None:
+        """What depends only on the group and the layout: the fragments, scratch space and the mixing."""
+        size = ctx.layout.size
+        if self.fragments > size:
+            raise ConfigError(
+                f"diloco's fragments={self.fragments} exceeds the model's {size} parameters; use fragments<={size}"
+            )
+        cuts = np.cumsum([0] + [len(part) for part in np.array_split(np.empty(size), self.fragments)])
+        self._bounds = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        self._by_offset = {f * self.period // self.fragments: f for f in range(self.fragments)}
+        self._delta = ctx.layout.empty()
+        self._mix: NeighbourMix | None = None
+        if self.topology is not None:
+            self._graph = make_topology(self.topology, ctx.size, weights=self.weights)
+            self._mix = NeighbourMix(self._graph)
+
+    def setup(self, ctx: StepContext) -> None:
+        self._prepare(ctx)
+        self.reset(ctx)
+
+    def reset(self, ctx: StepContext) -> None:
+        """New parameters (a checkpoint, or the start): theta restarts from them, the outer momentum from zero."""
+        self._theta = np.array(ctx.model.params(), copy=True)
+        self._momentum = np.zeros_like(self._theta)
+
+    # the outer step ------------------------------------------------------------------------------------------------
+    def after_step(self, ctx: StepContext) -> None:
+        fragment = self._fragment_due(ctx.step)
+        if fragment is None:
+            return
+        params = ctx.model.params()
+        check_own(ctx, params, every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
+        lo, hi = self._bounds[fragment]
+        theta, velocity, delta = self._theta[lo:hi], self._momentum[lo:hi], self._delta[lo:hi]
+        np.subtract(theta, params[lo:hi], out=delta)
+        if self._mix is None:
+            ctx.engine.allreduce(delta, kind="parameters")
+            delta *= 1.0 / ctx.size
+        else:
+            self._mix(ctx, delta, self._outer_round(ctx.step), "pseudo-gradients", Tag.PSEUDO_GRADIENTS)
+        velocity *= self.momentum
+        velocity += delta
+        if self.nesterov:
+            axpy(-self.outer_lr, delta, theta)
+            axpy(-self.outer_lr * self.momentum, velocity, theta)
+        else:
+            axpy(-self.outer_lr, velocity, theta)
+        np.copyto(params[lo:hi], theta)
+        ctx.model.set_params(params)
+
+    # a lost rank ---------------------------------------------------------------------------------------------------
+    def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
+        """The survivors keep their theta and outer momentum (the Worker averaged their inner parameters); with the
+        all-reduce average every rank takes the lowest member's, so a loss in the middle of an outer step (some
+        ranks done with it, some not) cannot leave them apart. A replacement takes the lowest member's too."""
+        self.heal_topology(change)
+        member = getattr(self, "_theta", None) is not None
+        self._prepare(ctx)
+        if not member:
+            self.reset(ctx)
+        if self._mix is not None and not change.replaced:
+            return  # decentralized: each survivor's own theta and momentum go on
+        root = np.array([ctx.rank if member else ctx.size], dtype=np.int64)
+        ctx.engine.allreduce(root, op="min", kind="job")
+        take = self._mix is None or not member
+        for state in (self._theta, self._momentum):
+            buffer = state if take or ctx.rank == int(root[0]) else np.empty_like(state)
+            ctx.engine.broadcast(buffer, int(root[0]), kind="job")

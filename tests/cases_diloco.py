@@ -1,0 +1,89 @@
+"""Multi-rank cases of DiLoCo, streaming DiLoCo and decentralized DiLoCo against a dense NumPy simulation of all
+workers (collected by cases.py: in-process on 1, 2 and 4 ranks, and under mpiexec)."""
+
+from __future__ import annotations
+
+import numpy as np
+from training import CLASSES, FEATURES, LR, batch, task, train
+
+from fast_core.engine import Engine
+from fast_core.numpy_model import SoftmaxRegression
+from fast_core.topology import make_topology
+
+STEPS = 13  # ends between two outer steps: the inner steps since the last one are checked too
+
+
+def reference_diloco(
+    size: int,
+    period: int,
+    outer_lr: float = 0.7,
+    momentum: float = 0.9,
+    nesterov: bool = True,
+    fragments: int = 1,
+    topology: str | None = None,
+) -> np.ndarray:
+    """Every worker's parameters after STEPS steps of SGD(LR) inner steps from rank 0's start, with the outer step
+    of fragment f after each step k where (k + 1 + f*period//fragments) % period == 0: the pseudo-gradients
+    D = Theta - X averaged (or mixed by the topology's W, indexed by the count of outer exchanges), then
+    V <- mu V + D, Theta <- Theta - outer_lr (D + mu V) (or outer_lr V without Nesterov), X <- Theta."""
+    x, y, shards, _ = task(size)
+    model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+    states = np.tile(model.params(), (size, 1))
+    theta, velocity = states.copy(), np.zeros_like(states)
+    parts = np.array_split(np.arange(states.shape[1]), fragments)
+    graph = make_topology(topology, size) if topology else None
+    exchanges = 0
+    for step in range(STEPS):
+        for r in range(size):
+            model.set_params(states[r])
+            model.compute_gradients(*batch(x, y, shards[r], step))
+            states[r] -= LR * model.grads()
+        for f, part in enumerate(parts):
+            if (step + 1 + f * period // fragments) % period:
+                continue
+            delta = theta[:, part] - states[:, part]
+            mixed = np.tile(delta.mean(axis=0), (size, 1)) if graph is None else graph.mixing_matrix(exchanges) @ delta
+            exchanges += 1
+            velocity[:, part] = momentum * velocity[:, part] + mixed
+            theta[:, part] -= outer_lr * (mixed + momentum * velocity[:, part] if nesterov else velocity[:, part])
+            states[:, part] = theta[:, part]
+    return states
+
+
+CASES = [
+    ("diloco:period=3", {"period": 3}),
+    (
+        "diloco:period=4,outer_lr=0.9,momentum=0.5,nesterov=false",
+        {"period": 4, "outer_lr": 0.9, "momentum": 0.5, "nesterov": False},
+    ),
+    ("diloco:period=4,fragments=3", {"period": 4, "fragments": 3}),  # offsets 0, 1, 2: outer steps at k = 3, 2, 1
+    ("diloco:ring,period=3", {"period": 3, "topology": "ring"}),
+    ("diloco:exp1,period=2,fragments=2", {"period": 2, "fragments": 2, "topology": "exp1"}),  # W(r) changes
+]
+
+
+def case_diloco_matches_the_numpy_reference(engine: Engine) -> None:
+    for spec, options in CASES:
+        model, _ = train(engine, spec, steps=STEPS)
+        expected = reference_diloco(engine.size, **options)
+        np.testing.assert_allclose(model.params(), expected[engine.rank], rtol=1e-10, atol=0, err_msg=spec)
+
+
+def case_diloco_with_plain_outer_sgd_of_rate_one_is_local_sgd(engine: Engine) -> None:
+    diloco, _ = train(engine, "diloco:period=3,outer_lr=1,momentum=0", steps=STEPS)
+    local, _ = train(engine, "localsgd:period=3", steps=STEPS)
+    # equal up to rounding: DiLoCo averages theta - x_i where local SGD averages x_i (a few ulps of |x| ~ 0.3)
+    np.testing.assert_allclose(diloco.params(), local.params(), rtol=0, atol=1e-15)
+    nesterov, _ = train(engine, "diloco:period=3", steps=STEPS)
+    assert np.abs(nesterov.params() - local.params()).max() > 1e-3  # the outer momentum really acts
+
+
+def case_diloco_sends_what_local_sgd_sends(engine: Engine) -> None:
+    """One all-reduce of the parameters' size per period, in F pieces when streaming; ring: two neighbours."""
+    _, local = train(engine, "localsgd:period=4", steps=12)
+    for spec in ("diloco:period=4", "diloco:period=4,fragments=4"):
+        _, worker = train(engine, spec, steps=12)
+        assert abs(worker.metrics.bytes_sent - local.metrics.bytes_sent) <= 12, spec  # int() of each all-reduce
+    _, ring = train(engine, "diloco:ring,period=4", steps=12)
+    peers = len(make_topology("ring", engine.size).out_neighbors(engine.rank))
+    assert ring.metrics.bytes_sent == 3 * peers * ring.layout.size * 8
