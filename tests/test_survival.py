@@ -64,6 +64,8 @@ STRATEGIES = [
     "choco:ring,compress=topk:ratio=0.2",
     "tracking:ring",
     "localsgd:period=4",
+    "diloco:period=4,fragments=2",
+    "diloco:ring,period=4",
     "sgp:exp1",
     "async:ring",
     "adpsgd:ring",
