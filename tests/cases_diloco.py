@@ -4,6 +4,7 @@ workers (collected by cases.py: in-process on 1, 2 and 4 ranks, and under mpiexe
 from __future__ import annotations
 
 import numpy as np
+from diloco_reference import DiLoCoReference
 from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core.engine import Engine
@@ -13,40 +14,19 @@ from fast_core.topology import make_topology
 STEPS = 13  # ends between two outer steps: the inner steps since the last one are checked too
 
 
-def reference_diloco(
-    size: int,
-    period: int,
-    outer_lr: float = 0.7,
-    momentum: float = 0.9,
-    nesterov: bool = True,
-    fragments: int = 1,
-    topology: str | None = None,
-) -> np.ndarray:
-    """Every worker's parameters after STEPS steps of SGD(LR) inner steps from rank 0's start, with the outer step
-    of fragment f after each step k where (k + 1 + f*period//fragments) % period == 0: the pseudo-gradients
-    D = Theta - X averaged (or mixed by the topology's W, indexed by the count of outer exchanges), then
-    V <- mu V + D, Theta <- Theta - outer_lr (D + mu V) (or outer_lr V without Nesterov), X <- Theta."""
+def reference_diloco(size: int, **options: object) -> np.ndarray:
+    """Every worker's parameters after STEPS steps of SGD(LR) from rank 0's start under DiLoCo's rule."""
     x, y, shards, _ = task(size)
     model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
     states = np.tile(model.params(), (size, 1))
-    theta, velocity = states.copy(), np.zeros_like(states)
-    parts = np.array_split(np.arange(states.shape[1]), fragments)
-    graph = make_topology(topology, size) if topology else None
-    exchanges = 0
+    rule = DiLoCoReference(**options)
+    rule.start(states)
     for step in range(STEPS):
         for r in range(size):
             model.set_params(states[r])
             model.compute_gradients(*batch(x, y, shards[r], step))
             states[r] -= LR * model.grads()
-        for f, part in enumerate(parts):
-            if (step + 1 + f * period // fragments) % period:
-                continue
-            delta = theta[:, part] - states[:, part]
-            mixed = np.tile(delta.mean(axis=0), (size, 1)) if graph is None else graph.mixing_matrix(exchanges) @ delta
-            exchanges += 1
-            velocity[:, part] = momentum * velocity[:, part] + mixed
-            theta[:, part] -= outer_lr * (mixed + momentum * velocity[:, part] if nesterov else velocity[:, part])
-            states[:, part] = theta[:, part]
+        rule.after_step(step, states)
     return states
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from diloco_reference import DiLoCoReference
 from jax_references import allreduce_momentum_reference, dpsgd_reference
 
 import fast_jax as fast
@@ -93,6 +94,13 @@ def test_dpsgd_through_the_step_matches_the_numpy_reference(form: str) -> None:
     assert np.abs(states[0] - states[1]).max() > 1e-3  # the ranks really differ: mixing was not trivial
 
 
+def test_diloco_through_the_string_matches_the_numpy_reference() -> None:
+    results = LocalCluster(4, timeout=60).run(record, "diloco:period=2", "plain")
+    states = DiLoCoReference(period=2).replay(np.stack([r[0] for r in results]), [r[2] for r in results], LR)
+    for rank, result in enumerate(results):
+        np.testing.assert_allclose(result[1], states[rank], rtol=0, atol=2e-6)
+
+
 def test_allreduce_equals_one_model_on_the_mean_gradient_with_momentum() -> None:
     results = LocalCluster(4, timeout=60).run(record, "allreduce", "gradient", optax.sgd(LR, momentum=MOMENTUM))
     for result in results[1:]:
@@ -160,6 +168,7 @@ def test_the_users_jitted_function_is_traced_once(strategy: str, form: str) -> N
         ("dpsgd:ring", "plain", 1, 1),  # params out, mixed params back
         ("allreduce", "gradient", 1, 1),  # gradient out, mean gradient back; params stay on the device
         ("localsgd:period=4", "plain", 0.25, 0.25),  # only the averaging steps move anything
+        ("diloco:period=4", "plain", 0.25, 0.25),  # only the outer steps
         ("dpsgd:ring", "gradient", 1, 1),
     ],
 )

@@ -7,7 +7,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras_cases import BATCH, CASES, CLASSES, FEATURES, LR, flat_weights, make_model, rank_data
+from diloco_reference import DiLoCoReference
+from keras_cases import ATOL, BATCH, CASES, CLASSES, FEATURES, LR, flat_weights, make_model, rank_data, simulate
 from keras_cases import fit as fit_on_rank
 
 import fast_tf as fast
@@ -94,6 +95,25 @@ def test_one_script_compiled_with_the_distributed_optimizer_serves_a_parameter_s
     assert not np.allclose(results[0]["wrapped"], results[1]["wrapped"])  # D-PSGD's ranks differ: not a broadcast
     ours = [str(w.message) for w in recwarn if "optimizer" in str(w.message).lower()]
     assert not ours, ours
+
+
+def _diloco(engine: Engine) -> np.ndarray:
+    model, _ = fit_on_rank(engine, "diloco:period=2", keras.optimizers.SGD(LR))
+    return flat_weights(model)
+
+
+def test_diloco_through_the_string_matches_the_numpy_reference() -> None:
+    results = LocalCluster(4, timeout=60).run(_diloco)
+    rule = DiLoCoReference(period=2)
+
+    def update(step: int, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        if rule.theta is None:
+            rule.start(x)  # rank 0's start, on every rank
+        return rule.after_step(step, x - LR * g)
+
+    expected = simulate(4, update)
+    for rank, params in enumerate(results):
+        np.testing.assert_allclose(params, expected[rank], rtol=0, atol=ATOL)
 
 
 def test_gradient_strategies_need_one_step_per_execution() -> None:

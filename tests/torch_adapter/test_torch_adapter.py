@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from diloco_reference import DiLoCoReference
 
 import fast_torch as fast
 from fast_core import LocalCluster
@@ -76,6 +77,14 @@ def test_dpsgd_through_the_optimizer_matches_the_numpy_reference() -> None:
     states = starts.copy()
     for step in range(STEPS):
         states = graph.mixing_matrix(step) @ states - LR * np.stack([r[2][step] for r in results])
+    for rank, result in enumerate(results):
+        np.testing.assert_allclose(result[1], states[rank], rtol=0, atol=1e-12)
+
+
+def test_diloco_through_the_string_matches_the_numpy_reference() -> None:
+    results = LocalCluster(4, timeout=30).run(_run_recording, "diloco:period=2")
+    starts = np.stack([r[0] for r in results])
+    states = DiLoCoReference(period=2).replay(starts, [r[2] for r in results], LR)
     for rank, result in enumerate(results):
         np.testing.assert_allclose(result[1], states[rank], rtol=0, atol=1e-12)
 

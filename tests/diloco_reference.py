@@ -1,0 +1,60 @@
+"""The NumPy rule DiLoCo is checked against, for the core's cases and each adapter's: every worker's row at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fast_core.topology import make_topology
+
+
+class DiLoCoReference:
+    """After each step k, the outer step of every fragment f with (k + 1 + f*period//fragments) % period == 0: the
+    pseudo-gradients D = Theta - X averaged over the rows (or mixed by the topology's W, indexed by the count of
+    outer exchanges so far), then V <- mu V + D, Theta <- Theta - outer_lr (D + mu V) (outer_lr V without Nesterov),
+    X <- Theta. ``parts``: np.array_split of the parameter indices into ``fragments``."""
+
+    def __init__(
+        self,
+        period: int,
+        outer_lr: float = 0.7,
+        momentum: float = 0.9,
+        nesterov: bool = True,
+        fragments: int = 1,
+        topology: str | None = None,
+    ) -> None:
+        self.period, self.outer_lr, self.momentum, self.nesterov = period, outer_lr, momentum, nesterov
+        self.fragments, self.topology = fragments, topology
+        self.theta: np.ndarray | None = None
+        self.exchanges = 0
+
+    def start(self, states: np.ndarray) -> None:
+        self.theta = np.array(states, dtype=np.float64)
+        self.velocity = np.zeros_like(self.theta)
+        self.parts = np.array_split(np.arange(self.theta.shape[1]), self.fragments)
+        self.graph = make_topology(self.topology, len(states)) if self.topology else None
+
+    def after_step(self, step: int, states: np.ndarray) -> np.ndarray:
+        """``states`` (workers x parameters) after the optimizer step of ``step``, changed in place and returned."""
+        mu, lr = self.momentum, self.outer_lr
+        for f, part in enumerate(self.parts):
+            if (step + 1 + f * self.period // self.fragments) % self.period:
+                continue
+            delta = self.theta[:, part] - states[:, part]
+            if self.graph is None:
+                mixed = np.tile(delta.mean(axis=0), (len(states), 1))
+            else:
+                mixed = self.graph.mixing_matrix(self.exchanges) @ delta
+            self.exchanges += 1
+            velocity = self.velocity[:, part] = mu * self.velocity[:, part] + mixed
+            self.theta[:, part] -= lr * (mixed + mu * velocity if self.nesterov else velocity)
+            states[:, part] = self.theta[:, part]
+        return states
+
+    def replay(self, starts: np.ndarray, grads: list[list[np.ndarray]], lr: float) -> np.ndarray:
+        """Every worker's parameters after plain SGD steps with the recorded ``grads[rank][k]`` from ``starts``."""
+        states = np.array(starts, dtype=np.float64)
+        self.start(states)
+        for k in range(len(grads[0])):
+            states -= lr * np.stack([g[k] for g in grads])
+            self.after_step(k, states)
+        return states
