@@ -9,8 +9,8 @@ from fast_core.topology import make_topology
 
 class DiLoCoReference:
     """After each step k, the outer step of every fragment f with (k + 1 + f*period//fragments) % period == 0: the
-    pseudo-gradients D = Theta - X averaged over the rows (or mixed by the topology's W, indexed by the count of
-    outer exchanges so far), then V <- mu V + D, Theta <- Theta - outer_lr (D + mu V) (outer_lr V without Nesterov),
+    pseudo-gradients D = Theta - mean(X) (or Theta - W X with the topology's W, indexed by the count of outer
+    exchanges so far), then V <- mu V + D, Theta <- Theta - outer_lr (D + mu V) (outer_lr V without Nesterov),
     X <- Theta. ``parts``: np.array_split of the parameter indices into ``fragments``."""
 
     def __init__(
@@ -39,11 +39,10 @@ class DiLoCoReference:
         for f, part in enumerate(self.parts):
             if (step + 1 + f * self.period // self.fragments) % self.period:
                 continue
-            delta = self.theta[:, part] - states[:, part]
             if self.graph is None:
-                mixed = np.tile(delta.mean(axis=0), (len(states), 1))
+                mixed = self.theta[:, part] - states[:, part].mean(axis=0)
             else:
-                mixed = self.graph.mixing_matrix(self.exchanges) @ delta
+                mixed = self.theta[:, part] - self.graph.mixing_matrix(self.exchanges) @ states[:, part]
             self.exchanges += 1
             velocity = self.velocity[:, part] = mu * self.velocity[:, part] + mixed
             self.theta[:, part] -= lr * (mixed + mu * velocity if self.nesterov else velocity)
