@@ -56,6 +56,11 @@ class DiLoCo(Strategy):
     outer optimizer (the paper's 0.7, 0.9, Nesterov). ``fragments``: streaming DiLoCo's F (1 to H). ``topology``:
     None for the all-reduce average, else a topology name or object for decentralized DiLoCo (a time-varying one is
     indexed by the count of outer exchanges); ``weights`` its mixing-weight rule.
+
+    The period defaults to 100 (the paper's 500 inner steps are for language models trained for days). With few inner
+    steps the outer momentum 0.9 can overshoot: on the torch example (inner SGD with momentum 0.9, 4 ranks, 15
+    epochs) ``period=4`` reached 0.35 test accuracy against all-reduce's 0.994, ``period=16`` 0.986 and
+    ``period=4,momentum=0.5`` 0.994; lower the momentum or lengthen the period.
     """
 
     name = "diloco"
