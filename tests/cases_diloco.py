@@ -39,6 +39,7 @@ CASES = [
     ("diloco:period=4,fragments=3", {"period": 4, "fragments": 3}),  # offsets 0, 1, 2: outer steps at k = 3, 2, 1
     ("diloco:ring,period=3", {"period": 3, "topology": "ring"}),
     ("diloco:exp1,period=2,fragments=2", {"period": 2, "fragments": 2, "topology": "exp1"}),  # W(r) changes
+    ("diloco:ring,period=5,fragments=5", {"period": 5, "fragments": 5, "topology": "ring"}),  # 84 = 4 x 17 + 16
 ]
 
 
