@@ -2,6 +2,7 @@
 
     sudo python benchmarks/cluster.py up --hosts 4 --rate 100mbit
     python benchmarks/links.py p2p --mb 20              # MPI rank 0 (host 0) -> rank 1 (host 1), and a raw socket
+    python benchmarks/links.py p2p --mb 2 --pair 0 3    # host 0 -> host 3 (a --slow one: the slower link limits)
 
 ``p2p`` launches ``mpiexec -f hosts -n 2 python links.py mpi --mb MB`` (rank 0 on host 0 sends to rank 1 on host 1)
 and times a raw socket between the same two namespaces, each ``--repeats`` times, and prints both in Mbit/s next to
@@ -101,9 +102,10 @@ def tcp_p2p(sender: nc.Host, receiver: nc.Host, nbytes: int, repeats: int) -> li
         server.wait()
 
 
-def run_mpi_p2p(hostfile: Path, nbytes: int, repeats: int, env: dict[str, str] | None = None) -> list[float]:
-    """``mpi_p2p`` across the first two hosts of ``hostfile`` under mpiexec; seconds per transfer."""
-    command = ["mpiexec", "-f", str(hostfile), "-n", "2", sys.executable, str(HERE), "mpi", str(nbytes), str(repeats)]
+def run_mpi_p2p(hosts: str, nbytes: int, repeats: int, env: dict[str, str] | None = None) -> list[float]:
+    """``mpi_p2p`` from the first to the second of ``hosts`` (comma-separated) under mpiexec; seconds per
+    transfer."""
+    command = ["mpiexec", "-hosts", hosts, "-n", "2", sys.executable, str(HERE), "mpi", str(nbytes), str(repeats)]
     out = subprocess.run(command, capture_output=True, text=True, env=env, check=True, timeout=600).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -118,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p2p = sub.add_parser("p2p", help="MPI and a raw socket from host 0 to host 1 of the cluster")
     p2p.add_argument("--mb", type=float, default=20, help="MB (1e6 bytes) per transfer")
     p2p.add_argument("--repeats", type=int, default=3)
+    p2p.add_argument("--pair", type=int, nargs=2, default=[0, 1], metavar=("FROM", "TO"), help="host indices")
     p2p.add_argument("--dir", type=Path, default=nc.FOLDER)
     mpi = sub.add_parser("mpi", help="(run by p2p under mpiexec)")
     mpi.add_argument("nbytes", type=int)
@@ -139,18 +142,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "source":
         print(json.dumps([source(args.ip, args.port, args.nbytes) for _ in range(args.repeats + 1)][1:]))
     else:
-        hosts = nc.load(args.dir)
-        if len(hosts) < 2:
-            raise SystemExit(f"no cluster of 2 hosts or more in {args.dir}: run `cluster.py up` first")
+        every = nc.load(args.dir)
+        if len(every) < 2 or max(args.pair) >= len(every):
+            raise SystemExit(f"no cluster with hosts {args.pair} in {args.dir}: run `cluster.py up` first")
+        hosts = [every[i] for i in args.pair]
         nbytes = int(args.mb * 1e6)
         env = dict(os.environ, **nc.environment(args.dir))
         before = nc.link_bytes(hosts[:2])
-        times = {"MPI": run_mpi_p2p(args.dir / "hosts", nbytes, args.repeats, env)}
+        times = {"MPI": run_mpi_p2p(f"{hosts[0].ip},{hosts[1].ip}", nbytes, args.repeats, env)}
         after = nc.link_bytes(hosts[:2])
         times["raw TCP socket"] = tcp_p2p(hosts[0], hosts[1], nbytes, args.repeats)
         sent = after[hosts[0].namespace][0] - before[hosts[0].namespace][0]
-        rate = hosts[0].bits_per_second / 1e6
-        print(f"{hosts[0].namespace} -> {hosts[1].namespace}, link {hosts[0].rate}, {args.mb:g} MB x {args.repeats}")
+        rate = min(h.bits_per_second for h in hosts) / 1e6
+        links = " and ".join(h.rate for h in hosts)
+        print(f"{hosts[0].namespace} -> {hosts[1].namespace}, links {links}, {args.mb:g} MB x {args.repeats}")
         for name, seconds in times.items():
             speeds = [mbit(nbytes, s) for s in seconds]
             best = max(speeds)

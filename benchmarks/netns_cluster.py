@@ -28,6 +28,9 @@ PORT = "fast-v"
 """The bridge-side end of host i's veth pair is PORT<i> (interface names have at most 15 characters)."""
 SUBNET = "10.77.0"
 BRIDGE_IP = f"{SUBNET}.254"
+ETC = Path("/etc/netns")
+"""``ip netns exec NS`` mounts the files of /etc/netns/NS over /etc's: each host's /etc/hosts names every host, so
+that its hostname resolves to its address as on a real cluster (torch's gloo looks its own address up that way)."""
 FOLDER = Path("/tmp/fast-cluster")
 """Where ``up`` writes the hostfile, the launcher and hosts.json (what ``down`` and ``status`` read)."""
 UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
@@ -135,6 +138,7 @@ def up(hosts: list[Host], folder: Path = FOLDER) -> dict[str, str]:
             _run(*inside, "ip", "addr", "add", f"{host.ip}/24", "dev", "eth0")
             _run(*inside, "ip", "link", "set", "eth0", "up")
             _run(*inside, "ip", "route", "add", "default", "via", BRIDGE_IP)
+            write_hosts(host, hosts)
             shape(host.port, host.rate)  # bridge -> host: what the host receives
             shape("eth0", host.rate, host.namespace)  # host -> bridge: what the host sends
         return write_files(hosts, folder)
@@ -157,6 +161,14 @@ case $host in
 esac
 exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$ns" "$*"
 """
+
+
+def write_hosts(host: Host, hosts: list[Host]) -> None:
+    """Host ``host``'s /etc/hosts (under /etc/netns): itself, loopback and every other host by name."""
+    folder = ETC / host.namespace
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["127.0.0.1 localhost", *(f"{h.ip} {h.namespace}" for h in hosts), f"{BRIDGE_IP} {BRIDGE}"]
+    (folder / "hosts").write_text("\n".join(lines) + "\n")
 
 
 def write_files(hosts: list[Host], folder: Path = FOLDER) -> dict[str, str]:
@@ -209,6 +221,13 @@ def down(folder: Path = FOLDER) -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         _run("ip", "link", "del", BRIDGE)
         removed.append(BRIDGE)
+    for etc in ETC.glob(f"{PREFIX}*"):
+        if re.fullmatch(rf"{PREFIX}\d+", etc.name):
+            shutil.rmtree(etc, ignore_errors=True)
+    try:
+        ETC.rmdir()  # only if empty: nothing else's
+    except OSError:
+        pass
     for name in ("hosts", "launch.sh", "env.sh", "hosts.json"):
         (folder / name).unlink(missing_ok=True)
     return removed

@@ -121,7 +121,7 @@ def test_an_mpi_transfer_between_two_hosts_runs_at_the_links_rate_as_a_raw_socke
     nbytes = 12_000_000  # about 1 s at 100 Mbit/s
     env = dict(os.environ, **nc.environment(folder))
     before = nc.link_bytes(hosts[:2])
-    seconds = links.run_mpi_p2p(folder / "hosts", nbytes, 2, env)
+    seconds = links.run_mpi_p2p(f"{hosts[0].ip},{hosts[1].ip}", nbytes, 2, env)
     after = nc.link_bytes(hosts[:2])
     socket_seconds = links.tcp_p2p(hosts[0], hosts[1], nbytes, 2)
     rate = hosts[0].bits_per_second
