@@ -50,6 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     removed = nc.down(args.dir)
     print(f"removed: {', '.join(removed)}" if removed else "nothing to remove")
+    print(f"in a shell that exported `env`: unset {' '.join(nc.environment(args.dir))}  (mpiexec needs {nc.BRIDGE})")
     return 0
 
 

@@ -212,7 +212,7 @@ def down(folder: Path = FOLDER) -> list[str]:
     """Remove every cluster namespace (PREFIX<i>, whatever made it), the bridge and ``folder``'s files; what was
     removed. Idempotent. Deleting a namespace deletes its veth pair, and with it the bridge port and their qdiscs."""
     removed = []
-    for namespace in namespaces():
+    for namespace in sorted(namespaces(), key=lambda name: int(name[len(PREFIX) :])):
         _run("ip", "netns", "del", namespace)
         removed.append(namespace)
     for port in sorted(p.name for p in Path("/sys/class/net").glob(f"{PORT}*")):  # a half-made host's
