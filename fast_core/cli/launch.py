@@ -140,6 +140,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def first_host(hostfile: str) -> str:
+    """The first host a hostfile names, where rank 0 runs under hydra's and Open MPI's default placement: its first
+    line that is not blank or a comment, without ``:slots`` (hydra) or ``slots=N`` (Open MPI)."""
+    for line in Path(hostfile).read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            host = words[0]
+            return host.rsplit(":", 1)[0] if host.count(":") == 1 else host  # an IPv6 address keeps its colons
+    raise CLIError(f"hostfile {hostfile} names no host: write one host a line (name or address)")
+
+
 @dataclass
 class Job:
     """One mpiexec launch: what to run, on how many ranks, with which variables added to the environment."""
@@ -182,8 +193,9 @@ class Job:
         added.setdefault("PYTHONUNBUFFERED", "1")  # prints reach the terminal as they happen
         if "OMP_NUM_THREADS" not in env:  # N ranks each with a thread per core would fight over the cores
             added["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.workers))
-        if self.hostfile is None and "MASTER_ADDR" not in env:  # torch.distributed's env:// rendezvous on this host
-            added.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        if "MASTER_ADDR" not in env:  # torch.distributed's env:// rendezvous, on rank 0's host
+            master = "127.0.0.1" if self.hostfile is None else first_host(self.hostfile)
+            added.update(MASTER_ADDR=master, MASTER_PORT=env.get("MASTER_PORT") or str(free_port()))
         if self.fault_tolerant:  # Open MPI's MPI_Finalize can hang on a fence with the dead (1 exit in 8 here)
             added.setdefault("MPI4PY_RC_FINALIZE", "0")
         env.update(added)
