@@ -57,13 +57,18 @@ def run_ring(hosts: list[nc.Host], folder: Path, size_mb: float, repeats: int, e
 
 
 def train(
-    hosts: list[nc.Host], folder: Path, strategy: str, epochs: int, env: dict[str, str]
+    hosts: list[nc.Host],
+    folder: Path,
+    strategy: str,
+    epochs: int,
+    env: dict[str, str],
+    example: str = "fast_examples.numpy_digits",
 ) -> tuple[int, int, list[int]]:
-    """One ``fast run`` across ``hosts``: (steps, bytes FAST counted for rank 0 (to 10 kB: it prints MB to two
-    decimals), bytes each host's link sent)."""
+    """One ``fast run`` of ``example`` across ``hosts``: (steps, bytes FAST counted for rank 0 (to 10 kB: it prints
+    MB to two decimals), bytes each host's link sent)."""
     before = nc.link_bytes(hosts)
     command = [*FAST, "run", "--hostfile", str(hostfile(hosts, folder)), "-n", str(len(hosts)), "--strategy",
-               strategy, "--no-progress", "-m", "fast_examples.numpy_digits", "--epochs", str(epochs)]
+               strategy, "--no-progress", "-m", example, "--epochs", str(epochs)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=folder)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}")
