@@ -73,6 +73,30 @@ def bytes_against_size(sizes: list[int], rate: str, strategies: list[str]) -> li
     return rows
 
 
+def plot_bytes(sizes: list[tuple[int, str, float, float]], path: Path) -> None:
+    """Bytes per worker per step against N, each strategy's tc figure, with all-reduce's 2(N-1)/N x model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for strategy in dict.fromkeys(s for _, s, _, _ in sizes):
+        points = [(n, tc / 1e3) for n, s, tc, _ in sizes if s == strategy]
+        axes.plot(*zip(*points, strict=True), marker="o", label=f"{strategy} (tc)")
+    ring = [(n, fast / 1e3 / 2) for n, s, _, fast in sizes if s == "dpsgd:ring"]  # FAST counts 2 x the model
+    if ring:
+        model = ring[0][1]
+        counts = sorted({n for n, _, _, _ in sizes})
+        axes.plot(counts, [2 * (n - 1) / n * model for n in counts], "k--", label="2(N-1)/N x model")
+    axes.set(xlabel="workers N", ylabel="kB per worker per step", ylim=(0, None))
+    axes.set_xticks(sorted({n for n, _, _, _ in sizes}), labels=[str(n) for n in sorted({n for n, _, _, _ in sizes})])
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=8)
@@ -107,16 +131,16 @@ def report(args: argparse.Namespace, rows: list[dict], sizes: list[tuple[int, st
         f"machine (benchmarks/cluster.py), each host's link shaped by tc; `fast bench` runs every strategy once per "
         f"round, {args.repeats} rounds, medians; all ranks share the machine's 2 cores, so compute is slow too.\n",
         "| strategy | job wall-clock s | vs all-reduce | s to "
-        f"{args.target:.0%} (consensus) | final test accuracy | kB sent/step (FAST) | bytes vs all-reduce |",
+        f"{args.target:.0%} (consensus) | final test accuracy | kB sent/step (FAST) | bytes/step vs all-reduce |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ratio = float(r["job_seconds"]) / float(base["job_seconds"])
-        fewer = float(base["bytes_sent_per_step"]) / max(float(r["bytes_sent_per_step"]), 1.0)
+        relative = float(r["bytes_sent_per_step"]) / float(base["bytes_sent_per_step"])
         reached = f"{float(r['seconds_to_target']):.2f}" if r["seconds_to_target"] else "not reached"
         lines.append(
             f"| `{r['label']}` | {float(r['job_seconds']):.2f} | {ratio:.2f}x | {reached} | "
-            f"{float(r['final_accuracy']):.4f} | {float(r['bytes_sent_per_step']) / 1e3:.1f} | {fewer:.1f}x fewer |"
+            f"{float(r['final_accuracy']):.4f} | {float(r['bytes_sent_per_step']) / 1e3:.1f} | {relative:.2f}x |"
         )
     if sizes:
         lines += [
@@ -125,6 +149,9 @@ def report(args: argparse.Namespace, rows: list[dict], sizes: list[tuple[int, st
             "|---:|---|---:|---:|",
         ]
         lines += [f"| {n} | `{s}` | {tc / 1e3:.1f} kB | {fast / 1e3:.1f} kB |" for n, s, tc, fast in sizes]
+        plot_bytes(sizes, args.out / "bytes_against_n.png")
+        lines.append("\n![bytes per worker per step against N](bytes_against_n.png)")
+        lines.append("\n![accuracy against time](bench/accuracy.png)")
     text = "\n".join(lines) + "\n"
     (args.out / "results.md").write_text(text)
     print(text)
