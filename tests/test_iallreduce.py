@@ -22,12 +22,15 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout() -> None:
         start = time.monotonic()
         with pytest.raises(PeerTimeout) as caught:
             engine.wait(engine.iallreduce(np.ones(5), kind="parameters"))
-        return caught.value.ranks, str(caught.value), time.monotonic() - start
+        seconds = time.monotonic() - start
+        with pytest.raises(PeerTimeout) as barrier:  # a nonblocking barrier's wait names it too
+            engine.wait(engine.ibarrier())
+        return caught.value.ranks, str(caught.value), seconds, barrier.value.ranks
 
     for result in LocalCluster(3, timeout=0.5).run(run)[:2]:
-        ranks, text, seconds = result
+        ranks, text, seconds, barrier = result
         assert ranks == (2,) and "parameters allreduce(sum) #1 (missing rank(s) [2])" in text, text
-        assert 0.5 <= seconds < 5.0
+        assert 0.5 <= seconds < 5.0 and barrier == (2,)
 
 
 def test_a_failed_rank_stops_the_wait_with_peer_failed_not_at_the_timeout() -> None:

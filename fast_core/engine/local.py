@@ -263,8 +263,11 @@ class _LocalBarrier(Request):
                 self._cluster.revoked(self._rank)
         return self.done
 
+    def awaited(self) -> tuple[int, ...]:
+        return self._cluster.missing(self._generation)
+
     def describe(self) -> str:
-        return f"barrier #{self._generation} (missing ranks {list(self._cluster.missing(self._generation))})"
+        return f"barrier #{self._generation} (missing ranks {list(self.awaited())})"
 
 
 class _LocalAllreduce(Request):

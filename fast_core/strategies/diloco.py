@@ -179,9 +179,9 @@ class DiLoCo(Strategy):
 
     # the outer step ------------------------------------------------------------------------------------------------
     def after_step(self, ctx: StepContext) -> None:
-        if self._pending is not None and self._pending[1] == ctx.step:
-            self._merge(ctx)
         fragment = self._fragment_due(ctx.step)
+        if self._pending is not None and (ctx.step >= self._pending[1] or fragment is not None):
+            self._merge(ctx)  # due; or a next one is (steps skipped, as after a resume): never two in flight
         if fragment is None:
             return
         params = ctx.model.params()
