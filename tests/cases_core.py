@@ -52,6 +52,29 @@ def case_collectives_match_numpy(engine: Engine) -> None:
     engine.barrier()
 
 
+def case_iallreduce_matches_numpy_in_any_order_of_waiting(engine: Engine) -> None:
+    """Nonblocking all-reduces: each op against NumPy; two in flight at once, waited last-posted first, with a
+    blocking one and one of another kind between them."""
+    rng = [np.random.default_rng(10 + r) for r in range(engine.size)]
+    values = [g.normal(size=301) for g in rng]
+    for op, ref in (("sum", np.sum), ("min", np.min), ("max", np.max)):
+        buf = values[engine.rank].copy()
+        engine.wait(engine.iallreduce(buf, op=op))
+        np.testing.assert_allclose(buf, ref(np.stack(values), axis=0), rtol=1e-12, atol=0, err_msg=op)
+    first, second = values[engine.rank].copy(), 2.0 * values[engine.rank][:7]
+    kinded = np.full(3, float(engine.rank))
+    requests = [engine.iallreduce(first), engine.iallreduce(second, op="max")]
+    other = engine.iallreduce(kinded, op="min", kind="parameters")
+    blocking = np.ones(2)
+    engine.allreduce(blocking)
+    engine.wait(requests[1])
+    engine.wait_all([other, requests[0]])
+    np.testing.assert_allclose(first, np.sum(values, axis=0), rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(second, 2.0 * np.max(values, axis=0)[:7])
+    np.testing.assert_array_equal(kinded, np.zeros(3))
+    np.testing.assert_array_equal(blocking, np.full(2, float(engine.size)))
+
+
 def case_size_mismatch_is_a_clear_error(engine: Engine) -> None:
     """A receive whose buffer does not match what the peer sent raises MessageError naming the peer."""
     if engine.size < 2:
@@ -85,18 +108,20 @@ def case_point_to_point_timeout_names_peer(engine: Engine) -> None:
 
 
 def case_collective_timeout_names_absent_rank(engine: Engine) -> None:
+    """A blocking all-reduce and a nonblocking one's wait both time out naming the rank that never joined."""
     if engine.size < 2:
         return
-    side = engine.dup(timeout=0.5)
     absent = engine.size - 1
-    if engine.rank != absent:
-        try:
-            side.allreduce(np.ones(2))
-        except PeerTimeout as exc:
-            assert absent in exc.ranks and f"rank(s) [{absent}]" in str(exc), exc
-        else:
-            raise AssertionError("an allreduce with an absent rank did not time out")
-    engine.barrier()
+    for call in ("allreduce", "iallreduce"):
+        side = engine.dup(timeout=0.5)
+        if engine.rank != absent:
+            try:
+                side.allreduce(np.ones(2)) if call == "allreduce" else side.wait(side.iallreduce(np.ones(2)))
+            except PeerTimeout as exc:
+                assert absent in exc.ranks and f"rank(s) [{absent}]" in str(exc) and "allreduce(sum)" in str(exc), exc
+            else:
+                raise AssertionError(f"an {call} with an absent rank did not time out")
+        engine.barrier()
 
 
 def case_bad_peer_and_tag(engine: Engine) -> None:

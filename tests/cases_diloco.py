@@ -27,7 +27,7 @@ def reference_diloco(size: int, **options: object) -> np.ndarray:
             model.compute_gradients(*batch(x, y, shards[r], step))
             states[r] -= LR * model.grads()
         rule.after_step(step, states)
-    return states
+    return rule.finish(states)  # the Worker's close merges an overlapped exchange still in flight
 
 
 CASES = [
@@ -40,6 +40,14 @@ CASES = [
     ("diloco:ring,period=3", {"period": 3, "topology": "ring"}),
     ("diloco:exp1,period=2,fragments=2", {"period": 2, "fragments": 2, "topology": "exp1"}),  # W(r) changes
     ("diloco:ring,period=5,fragments=5", {"period": 5, "fragments": 5, "topology": "ring"}),  # 84 = 4 x 17 + 16
+    # overlap: the exchange of step k merged after step k + tau; one still in flight at the end (13 steps) at close
+    ("diloco:period=4,overlap=2", {"period": 4, "overlap": 2}),  # posted at 3, 7, 11: the last merged at close
+    ("diloco:period=5,overlap=1,alpha=0", {"period": 5, "overlap": 1, "alpha": 0.0}),
+    (
+        "diloco:period=6,fragments=2,overlap=2,alpha=0.3,outer_lr=0.9,momentum=0.5,nesterov=false",
+        {"period": 6, "fragments": 2, "overlap": 2, "alpha": 0.3, "outer_lr": 0.9, "momentum": 0.5, "nesterov": False},
+    ),
+    ("diloco:period=6,fragments=2,overlap=1,alpha=0.7", {"period": 6, "fragments": 2, "overlap": 1, "alpha": 0.7}),
 ]
 
 
@@ -62,7 +70,8 @@ def case_diloco_with_plain_outer_sgd_of_rate_one_is_local_sgd(engine: Engine) ->
 def case_diloco_sends_what_local_sgd_sends(engine: Engine) -> None:
     """One all-reduce of the parameters' size per period, in F pieces when streaming; ring: two neighbours."""
     _, local = train(engine, "localsgd:period=4", steps=12)
-    for spec in ("diloco:period=4", "diloco:period=4,fragments=4"):
+    for spec in ("diloco:period=4", "diloco:period=4,fragments=4", "diloco:period=4,overlap=2", "diloco:period=4,"
+                 "fragments=2,overlap=1"):
         _, worker = train(engine, spec, steps=12)
         assert abs(worker.metrics.bytes_sent - local.metrics.bytes_sent) <= 12, spec  # int() of each all-reduce
     _, ring = train(engine, "diloco:ring,period=4", steps=12)

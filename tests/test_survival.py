@@ -65,6 +65,8 @@ STRATEGIES = [
     "tracking:ring",
     "localsgd:period=4",
     "diloco:period=4,fragments=2",
+    "diloco:period=4,overlap=2",  # the exchange posted after step 11 is in flight when the victim is lost at 12
+    "diloco:period=8,fragments=2,overlap=2,alpha=0",
     "diloco:ring,period=4",
     "sgp:exp1",
     "async:ring",

@@ -67,6 +67,10 @@ class Request(ABC):
         """Give up on a receive that will never be matched (after a timeout); sends cannot be cancelled."""
         self.done = True
 
+    def awaited(self) -> tuple[int, ...]:
+        """The ranks this request still waits for, for a timeout's message (a collective: those not yet in it)."""
+        return (self.peer,)
+
     def describe(self) -> str:
         direction = "to" if self.kind == "send" else "from"
         return f"{self.kind} of {self.nbytes} bytes {direction} rank {self.peer} (tag {self.tag})"
@@ -128,6 +132,17 @@ class Engine(ABC):
     def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         """Reduce ``buf`` across all ranks, in place; ``kind`` (one of COLLECTIVE_KINDS) keeps it from matching a
         collective of another kind."""
+
+    def iallreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> Request:
+        """Start reducing ``buf`` across all ranks, in place; it holds the result once the request is waited
+        (``wait``/``wait_all``, with the engine's timeout naming the ranks not yet in it). ``buf`` must not be read
+        or changed until then. Every rank posts the same collectives in the same order (``kind`` as for allreduce);
+        several may be in flight and waited in any order. Why: Streaming DiLoCo's overlap trains on while its
+        exchange is under way."""
+        raise NotImplementedError(
+            f"the {self.name} engine ({type(self).__name__}) has no nonblocking all-reduce; use MPIEngine or "
+            "LocalEngine (or implement Engine.iallreduce for it)"
+        )
 
     @abstractmethod
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
@@ -270,7 +285,7 @@ def check_contiguous(buf: np.ndarray, what: str) -> None:
 
 
 def timeout_error(rank: int, pending: Sequence[Request], seconds: float) -> PeerTimeout:
-    peers = tuple(sorted({r.peer for r in pending}))
+    peers = tuple(sorted({peer for r in pending for peer in r.awaited()}))
     what = "; ".join(r.describe() for r in pending[:4])
     more = f" (+{len(pending) - 4} more)" if len(pending) > 4 else ""
     return PeerTimeout(

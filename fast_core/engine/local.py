@@ -263,8 +263,39 @@ class _LocalBarrier(Request):
                 self._cluster.revoked(self._rank)
         return self.done
 
+    def awaited(self) -> tuple[int, ...]:
+        return self._cluster.missing(self._generation)
+
     def describe(self) -> str:
-        return f"barrier #{self._generation} (missing ranks {list(self._cluster.missing(self._generation))})"
+        return f"barrier #{self._generation} (missing ranks {list(self.awaited())})"
+
+
+class _LocalAllreduce(Request):
+    """A nonblocking all-reduce: this rank's copy of the buffer joins collective ``key`` at once; the request
+    completes, reducing every rank's copy into the buffer, once all have joined. As a barrier under revocation: a
+    loss after every rank joined still completes it, one before raises PeerLost when tested."""
+
+    def __init__(self, cluster: LocalCluster, rank: int, key: Any, buf: np.ndarray, op: str, what: str) -> None:
+        super().__init__(what, -1, -1, buf.nbytes)
+        self._cluster, self._rank, self._key, self._buf, self._op = cluster, rank, key, buf, op
+        cluster.deposit(rank, key, buf.copy())
+
+    def test(self) -> bool:
+        if self.done:
+            return True
+        values = self._cluster.collect(self._key)
+        if values is None:
+            self._cluster.revoked(self._rank)
+            return False
+        _REDUCERS[self._op].reduce(np.stack(values), axis=0, out=self._buf)
+        self.done = True
+        return True
+
+    def awaited(self) -> tuple[int, ...]:
+        return self._cluster.missing(self._key)
+
+    def describe(self) -> str:
+        return f"{self.kind} #{self._key} (missing {self._cluster.named(self.awaited())})"
 
 
 class _LocalRecv(Request):
@@ -398,17 +429,30 @@ class LocalEngine(Engine):
 
     def _kind_collective(self, value: Any, what: str, kind: str | None) -> list[Any]:
         """A collective of ``kind``: counted apart from the other kinds (see COLLECTIVE_KINDS)."""
+        key, what = self._next_key(kind, what)
+        return self.cluster.gather_all(self.rank, key, value, what)
+
+    def _next_key(self, kind: str | None, what: str) -> tuple[Any, str]:
+        """The key of this rank's next collective of ``kind`` and how messages name it."""
         if kind is None:
-            return self._collective(value, what)
+            self._generation += 1
+            return self._generation, what
         check_kind(kind)
         number = self._kind_counts[kind] = self._kind_counts.get(kind, 0) + 1
-        return self.cluster.gather_all(self.rank, _KindKey(kind, number), value, f"{kind} {what}")  # type: ignore[arg-type]
+        return _KindKey(kind, number), f"{kind} {what}"
 
     def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         check_contiguous(buf, "allreduce")
         check_op(op)
         values = self._kind_collective(buf.copy(), f"allreduce({op})", kind)
         _REDUCERS[op].reduce(np.stack(values), axis=0, out=buf)
+
+    def iallreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> Request:
+        check_contiguous(buf, "iallreduce")
+        check_op(op)
+        self.cluster.revoked(self.rank)
+        key, what = self._next_key(kind, f"allreduce({op})")
+        return _LocalAllreduce(self.cluster, self.rank, key, buf, op, what)
 
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         check_contiguous(buf, "broadcast")

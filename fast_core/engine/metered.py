@@ -64,6 +64,9 @@ class MeteredRequest(Request):
         self.inner.cancel()
         self.done = True
 
+    def awaited(self) -> tuple[int, ...]:
+        return self.inner.awaited()
+
     def describe(self) -> str:
         return self.inner.describe()
 
@@ -137,9 +140,18 @@ class MeteredEngine(Engine):
     # collectives ---------------------------------------------------------------------------------------------------
     def allreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> None:
         self._timed(self.inner.allreduce, buf, op, kind)
+        self._count_allreduce(buf)
+
+    def _count_allreduce(self, buf: np.ndarray) -> None:
         traffic = int(2 * buf.nbytes * (self.size - 1) / self.size)  # what a ring all-reduce moves each way
         self._meter.sent(traffic, messages=0)
         self._meter.received(traffic, messages=0)
+
+    def iallreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> Request:
+        """Its bytes are counted when posted, as allreduce's; the time the trainer blocks, when it is waited."""
+        request = self.inner.iallreduce(buf, op, kind)
+        self._count_allreduce(buf)
+        return request
 
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         self._timed(self.inner.broadcast, buf, root, kind)

@@ -100,12 +100,18 @@ class _MPIRequest(Request):
 
 
 class _Collective(Request):
-    def __init__(self, engine: MPIEngine, request, what: str) -> None:
-        super().__init__(what, -1, -1, 0)
+    """A collective in flight; ``number`` (the engine's count of collectives) and ``sequence`` (that count with the
+    kind's slot) let a timeout ask the other ranks which collective they are in; ``buf`` is kept alive until done."""
+
+    def __init__(
+        self, engine: MPIEngine, request, what: str, number: int = 0, sequence: int | None = None, buf=None
+    ) -> None:
+        super().__init__(what, -1, -1, 0 if buf is None else buf.nbytes)
         self._MPI = engine._MPI
         self._request = request
         self._rank = engine.rank
         self._failure = engine._failure
+        self.number, self.sequence, self._buf = number, sequence, buf
 
     def test(self) -> bool:
         try:
@@ -117,7 +123,7 @@ class _Collective(Request):
         return self.done
 
     def describe(self) -> str:
-        return self.kind
+        return self.kind if self.sequence is None else f"{self.kind} #{self.number}"
 
 
 class MPIEngine(Engine):
@@ -170,7 +176,13 @@ class MPIEngine(Engine):
         """As Engine.wait_all, but polls all requests with one MPI Testall: a fraction of the Python cost."""
         pending = [r for r in requests if not r.done]
         if not pending or not all(isinstance(r, _MPIRequest) for r in pending):
-            super().wait_all(pending, timeout)
+            try:
+                super().wait_all(pending, timeout)
+            except PeerTimeout:
+                counted = [r for r in pending if isinstance(r, _Collective) and r.sequence is not None and not r.done]
+                if not counted:
+                    raise
+                raise self._absent(counted[0], self.timeout if timeout is None else timeout) from None
             return
         raw = [r._request for r in pending]
         statuses = [r.status for r in pending]
@@ -223,6 +235,12 @@ class MPIEngine(Engine):
         comm, what = self._kind_comm(kind, f"allreduce({op})")
         self._finish(self._post(comm.Iallreduce, self._MPI.IN_PLACE, buf, self._ops[op]), what)
 
+    def iallreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> Request:
+        check_contiguous(buf, "iallreduce")
+        check_op(op)
+        comm, what = self._kind_comm(kind, f"allreduce({op})")
+        return self._counted(self._post(comm.Iallreduce, self._MPI.IN_PLACE, buf, self._ops[op]), what, buf)
+
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         check_contiguous(buf, "broadcast")
         if not 0 <= root < self.size:
@@ -256,18 +274,24 @@ class MPIEngine(Engine):
         return _Collective(self, self._post(self.comm.Ibarrier), "barrier")
 
     def _finish(self, request, what: str) -> None:
+        self.wait_all((self._counted(request, what),))
+
+    def _counted(self, request, what: str, buf: np.ndarray | None = None) -> _Collective:
+        """The next collective of this rank, numbered so a timeout in it can be diagnosed (``_absent``)."""
         self._collectives += 1
-        try:
-            self.wait_all((_Collective(self, request, what),))
-        except PeerTimeout:
-            slots = 1 + len(COLLECTIVE_KINDS)  # the number sent tells the kind apart too
-            missing, elsewhere = self._diagnose(self._collectives * slots + self._kind_slot)
-            elsewhere = {r: (n // slots, _kind_name(n % slots)) for r, n in elsewhere.items()}
-            raise PeerTimeout(
-                f"rank {self.rank} waited {self.timeout:g} s in {what} #{self._collectives}: "
-                f"{_absent_text(missing, elsewhere)}; raise the timeout (FAST_TIMEOUT) if they are only slow",
-                ranks=tuple(sorted({*missing, *elsewhere})),
-            ) from None
+        sequence = self._collectives * (1 + len(COLLECTIVE_KINDS)) + self._kind_slot  # the kind told apart too
+        return _Collective(self, request, what, self._collectives, sequence, buf)
+
+    def _absent(self, collective: _Collective, seconds: float) -> PeerTimeout:
+        """The timeout of ``collective``, naming the ranks that never joined it and those in another one."""
+        slots = 1 + len(COLLECTIVE_KINDS)
+        missing, elsewhere = self._diagnose(collective.sequence)
+        elsewhere = {r: (n // slots, _kind_name(n % slots)) for r, n in elsewhere.items()}
+        return PeerTimeout(
+            f"rank {self.rank} waited {seconds:g} s in {collective.kind} #{collective.number}: "
+            f"{_absent_text(missing, elsewhere)}; raise the timeout (FAST_TIMEOUT) if they are only slow",
+            ranks=tuple(sorted({*missing, *elsewhere})),
+        )
 
     def _diagnose(self, sequence: int) -> tuple[tuple[int, ...], dict[int, int]]:
         """Which ranks are absent from collective ``sequence`` (those present time out in it too and tell each other

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..config import guard_command
 from ..errors import FastError, PeerLost, PeerTimeout
+from .base import Request
 from .mpi import MPIEngine, _error_text, _mpi
 
 log = logging.getLogger("fast")
@@ -157,6 +158,11 @@ class FaultTolerantMPIEngine(MPIEngine):
         np.copyto(scratch, buf)
         super().allreduce(scratch, op, kind)
         np.copyto(buf, scratch)
+
+    def iallreduce(self, buf: np.ndarray, op: str = "sum", kind: str | None = None) -> Request:
+        """Posted on ``buf`` itself (no scratch): a lost rank leaves ``buf`` undefined, so its owner drops it."""
+        self.check_alive()
+        return super().iallreduce(buf, op, kind)
 
     def broadcast(self, buf: np.ndarray, root: int = 0, kind: str | None = None) -> None:
         self.check_alive()
