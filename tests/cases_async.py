@@ -106,21 +106,23 @@ def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 
 
-def _rank0_against_stalled_neighbours(
-    engine: Engine, strategy: AsyncAveraging, steps: int, update: float, rule
+def rank0_against_stalled_neighbours(
+    engine: Engine, strategy: AsyncAveraging, steps: int, update: float, rule, start=None
 ) -> None:
-    """Every rank starts at its rank number; the others send their first message and stall while rank 0 adds
-    ``update`` to its parameters before each of ``steps`` steps. ``rule(step, expected, own, pulls)`` gives rank 0's
-    expected value after a step (``expected`` already holds the update); rank 0 checks every element against it."""
+    """Every rank starts at ``start(rank, size)`` (default: its rank number); the others send their first message
+    and stall while rank 0 adds ``update`` to its parameters before each of ``steps`` steps. ``rule(step, expected,
+    own, pulls)`` gives rank 0's expected value after a step (``expected`` already holds the update); rank 0 checks
+    every element against it."""
+    start = start or (lambda rank, size: np.full(size, float(rank)))
     model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
-    model.set_params(np.full(model.layout.size, float(engine.rank)))
+    model.set_params(start(engine.rank, model.layout.size))
     worker = Worker(model, strategy, engine, broadcast_start=False).start()
     if engine.rank == 0:
         graph = make_topology("ring", engine.size)
         own, pulls = graph.self_weight(0), graph.in_weights(0)
         for peer in pulls:
             strategy._mailbox.wait_for(peer, min_step=0)
-        expected = 0.0
+        expected = start(0, model.layout.size)
         for step in range(steps):
             model.set_params(model.params() + update)  # the optimizer's update of this step
             worker.after_step()
@@ -143,7 +145,7 @@ def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engi
             return expected
 
         strategy = AsyncAveraging("ring", remix_stale=remix, keep_progress=False)  # the rule above is the plain one
-        _rank0_against_stalled_neighbours(engine, strategy, 5, 0.0, rule)
+        rank0_against_stalled_neighbours(engine, strategy, 5, 0.0, rule)
 
 
 def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engine: Engine) -> None:
@@ -161,4 +163,4 @@ def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engi
                 return expected + sum(w * (peer - 0.0) for peer, w in pulls.items())
             return own * expected + sum(w * peer for peer, w in pulls.items())
 
-        _rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", keep_progress=keep), 4, 0.25, rule)
+        rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", keep_progress=keep), 4, 0.25, rule)
