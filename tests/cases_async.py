@@ -6,6 +6,7 @@ import numpy as np
 from training import CLASSES, FEATURES, batch, steps_in_window, task, train
 
 from fast_core import Worker
+from fast_core.compression import Codec, message_seed
 from fast_core.engine import Engine
 from fast_core.numpy_model import AdaGrad, SoftmaxRegression
 from fast_core.strategies.adpsgd import ADPSGD
@@ -16,26 +17,42 @@ from fast_core.strategies.gossip import Gossip
 from fast_core.topology import make_topology
 
 
+def reference_fast(size: int, steps: int, lr: float, codec: Codec | None = None) -> list[np.ndarray]:
+    """Synchronous FAST in NumPy: own AdaGrad step, then one per neighbour gradient (rank order). With ``codec``
+    the neighbours apply what it decodes of each sender's gradient plus its error-feedback residual (float32)."""
+    x, y, shards, _ = task(size)
+    graph = make_topology("torus", size)
+    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()  # rank 0's, broadcast by the Worker
+    states = [start.copy() for _ in range(size)]
+    optimizers = [AdaGrad(lr) for _ in range(size)]
+    residuals = [np.zeros(len(start), np.float32) for _ in range(size)]
+    probe = SoftmaxRegression(FEATURES, CLASSES)
+    for step in range(steps):
+        grads = []
+        for r in range(size):
+            probe.set_params(states[r])
+            probe.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(probe.grads().copy())
+        sent = grads
+        if codec is not None:
+            sent = []
+            for r in range(size):
+                corrected, seed = grads[r].astype(np.float32) + residuals[r], message_seed(step, r, size)
+                decoded = codec.decode(codec.encode(corrected, seed), len(corrected), seed)
+                residuals[r] = corrected - decoded
+                sent.append(decoded.astype(np.float64))
+        for r in range(size):
+            optimizers[r].step(states[r], grads[r])
+            for peer in graph.in_neighbors(r):
+                optimizers[r].step(states[r], sent[peer])
+    return states
+
+
 def case_fast_synchronous_matches_adagrad_reference(engine: Engine) -> None:
     """FAST: own AdaGrad step, then one AdaGrad step per neighbour gradient (rank order), checked to 1e-10."""
     steps, lr = 12, 0.05
     model, _ = train(engine, FAST(synchronous=True), steps, optimizer=AdaGrad(lr))
-    x, y, shards, _ = task(engine.size)
-    graph = make_topology("torus", engine.size)
-    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()  # rank 0's, broadcast by the Worker
-    states = [start.copy() for _ in range(engine.size)]
-    optimizers = [AdaGrad(lr) for _ in range(engine.size)]
-    probe = SoftmaxRegression(FEATURES, CLASSES)
-    for step in range(steps):
-        grads = []
-        for r in range(engine.size):
-            probe.set_params(states[r])
-            probe.compute_gradients(*batch(x, y, shards[r], step))
-            grads.append(probe.grads().copy())
-        for r in range(engine.size):
-            optimizers[r].step(states[r], grads[r])
-            for peer in graph.in_neighbors(r):
-                optimizers[r].step(states[r], grads[peer])
+    states = reference_fast(engine.size, steps, lr)
     np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
 
 

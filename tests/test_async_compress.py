@@ -7,12 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cases_async import rank0_against_stalled_neighbours
-from training import CLASSES, FEATURES, task, train
+from mailbox_metering import assert_mailbox_frames, learn_metered, payload_bytes
 
 from fast_core import LocalCluster, make_strategy
 from fast_core.compression import make_codec
-from fast_core.numpy_model import SoftmaxRegression
-from fast_core.topology import make_topology
 from fast_core.transport import framing
 
 
@@ -50,28 +48,16 @@ def test_async_averaging_mixes_decoded_neighbour_values(codec: str, keep: bool) 
     LocalCluster(4, timeout=30).run(_rank0_mixes_decoded_neighbours, codec, keep)
 
 
-def _learn(engine, spec: str) -> tuple[float, int, int, int]:
-    model, worker = train(engine, spec, 150, pause=0.002)  # a compute time, so that messages flow every step
-    _, _, _, (x_test, y_test) = task(engine.size)
-    metrics = worker.metrics
-    sent = metrics.bytes_sent, metrics.messages_sent  # before average_params' all-reduce
-    dests = len(make_topology("torus", engine.size).out_neighbors(engine.rank))
-    return model.accuracy(x_test, y_test, worker.average_params()), *sent, dests
-
-
 @pytest.mark.parametrize("codec", ["fp16", "int8"])
 def test_compressed_async_averaging_learns_with_fewer_bytes(codec: str) -> None:
-    """Every payload message is the 16-byte header and the codec's bytes (8 bytes of "finished" flag per
-    out-neighbour besides), ~3.7x (fp16) and ~6.5x (int8) fewer than float64 parameters for this small model."""
-    plain = LocalCluster(4, timeout=30).run(_learn, "async:torus")
-    packed = LocalCluster(4, timeout=30).run(_learn, f"async:torus,compress={codec}")
-    size = SoftmaxRegression(FEATURES, CLASSES).layout.size
-    coded = len(make_codec(codec).encode(np.zeros(size, np.float32)))
-    for run, payload in ((plain, 8 * size), (packed, coded)):
-        for _, sent, messages, dests in run:
-            assert messages > 10 * dests  # messages flowed
-            assert sent == (messages - dests) * (framing.HEADER_BYTES + payload) + 8 * dests
-    assert (framing.HEADER_BYTES + 8 * size) / (framing.HEADER_BYTES + coded) > (6 if codec == "int8" else 3.5)
+    """Every payload message is the 16-byte header and the codec's bytes: ~3.7x (fp16) and ~6.5x (int8) fewer
+    than float64 parameters for this small model, header included."""
+    plain = LocalCluster(4, timeout=30).run(learn_metered, "async:torus")
+    packed = LocalCluster(4, timeout=30).run(learn_metered, f"async:torus,compress={codec}")
+    assert_mailbox_frames(plain, "none")
+    assert_mailbox_frames(packed, codec)
+    header = framing.HEADER_BYTES
+    assert (header + payload_bytes("none")) / (header + payload_bytes(codec)) > (6 if codec == "int8" else 3.5)
     for (accuracy, *_), (plain_accuracy, *_) in zip(packed, plain, strict=True):
         assert accuracy >= plain_accuracy - 0.02, (codec, accuracy, plain_accuracy)
 
