@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 from cases_gossip import reference_gossip
 from cases_pairs import easgd_reference
-from training import train
+from cases_sgp import push_sum_matrix
+from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core import LocalCluster, make_strategy
 from fast_core.compression import make_codec
 from fast_core.errors import ConfigError
+from fast_core.numpy_model import SoftmaxRegression
 from fast_core.strategies import EASGD
+from fast_core.topology import make_topology
 
 STEPS = 12
 
@@ -61,3 +64,48 @@ def test_what_cannot_compress_says_why() -> None:
         make_strategy("gossip:synchronous=false,compress=fp16")
     with pytest.raises(ConfigError, match="asynchronous EASGD cannot send compress=int8"):
         make_strategy("easgd:synchronous=false,compress=int8")
+
+
+def _sgp_reference(size: int, topology: str, codec: str) -> tuple[np.ndarray, np.ndarray]:
+    """Push-sum with a codec: each rank keeps its own share p_i (x_i - lr g_i) exact and adds its in-neighbours'
+    decoded shares; the weights travel exactly, w <- P w. (numerators, weights) after STEPS steps."""
+    x, y, shards, _ = task(size)
+    graph = make_topology(topology, size)
+    numerators = np.stack([SoftmaxRegression(FEATURES, CLASSES, seed=0).params()] * size)
+    weights = np.ones(size)
+    probe = SoftmaxRegression(FEATURES, CLASSES)
+    for step in range(STEPS):
+        moved = numerators.copy()
+        for r in range(size):
+            probe.set_params(numerators[r] / weights[r])
+            probe.compute_gradients(*batch(x, y, shards[r], step))
+            moved[r] -= LR * probe.grads()
+        P = push_sum_matrix(graph, step)
+        shares = np.diag(P)[:, None] * moved  # p_j (x_j - lr g_j): what j keeps, and what it sends each receiver
+        sent = np.stack([_round_trip(codec)(s) for s in shares])
+        links = (P != 0) & ~np.eye(size, dtype=bool)  # links[i, j]: j pushes to i
+        numerators = shares + links.astype(np.float64) @ sent
+        weights = P @ weights
+    return numerators, weights
+
+
+def _sgp_run(engine, spec: str) -> tuple[np.ndarray, float, int]:
+    strategy = make_strategy(spec)
+    _, worker = train(engine, strategy, STEPS)
+    return strategy.numerator.copy(), strategy.weight, worker.metrics.bytes_sent
+
+
+@pytest.mark.parametrize("codec", ["fp16", "int8"])
+def test_compressed_sgp_sends_the_weight_exactly_and_follows_push_sum(codec: str) -> None:
+    plain = LocalCluster(4, timeout=30).run(_sgp_run, "sgp:exp1")
+    packed = LocalCluster(4, timeout=30).run(_sgp_run, f"sgp:exp1,compress={codec}")
+    numerators, weights = _sgp_reference(4, "exp1", codec)
+    size = len(numerators[0])
+    coded = len(make_codec(codec).encode(np.zeros(size, np.float32))) + 8  # the weight: one exact float64
+    for rank, (numerator, weight, sent) in enumerate(packed):
+        np.testing.assert_allclose(numerator, numerators[rank], rtol=1e-6, atol=1e-7)
+        assert weight == pytest.approx(weights[rank], abs=1e-15)  # exact: only the numerator is rounded
+        assert plain[rank][2] / sent == pytest.approx(8 * (size + 1) / coded, rel=0.01)
+    assert not np.allclose(packed[0][0], plain[0][0])
+    with pytest.raises(ValueError, match="sgp cannot send its vectors as topk"):
+        make_strategy("sgp:exp1,compress=topk")
