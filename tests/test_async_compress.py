@@ -7,21 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cases_async import rank0_against_stalled_neighbours
+from cases_pairs import round_trip
 from mailbox_metering import assert_mailbox_frames, learn_metered, payload_bytes
 
 from fast_core import LocalCluster, make_strategy
-from fast_core.compression import make_codec
 from fast_core.transport import framing
 
 
 def _start(rank: int, size: int) -> np.ndarray:
     """Rank ``rank``'s distinct starting parameters (no codec keeps them exactly)."""
     return np.random.default_rng(rank).normal(0.0, 1.0 + rank, size)
-
-
-def _round_trip(codec: str, x: np.ndarray) -> np.ndarray:
-    coder = make_codec(codec)
-    return coder.decode(coder.encode(x), len(x)).astype(np.float64)
 
 
 def _rank0_mixes_decoded_neighbours(engine, codec: str, keep: bool) -> None:
@@ -32,7 +27,7 @@ def _rank0_mixes_decoded_neighbours(engine, codec: str, keep: bool) -> None:
         if step != 0:
             return expected
         size = len(expected)
-        heard = sum(w * _round_trip(codec, _start(peer, size)) for peer, w in pulls.items())
+        heard = sum(w * round_trip(codec)(_start(peer, size)) for peer, w in pulls.items())
         assert not np.allclose(heard, sum(w * _start(peer, size) for peer, w in pulls.items()))  # lossy indeed
         if keep:  # x += sum_j w_j (dec(x_j) - x_sent), x_sent = rank 0's own exact start
             return expected + heard - (1 - own) * _start(0, size)

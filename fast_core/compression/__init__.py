@@ -16,12 +16,14 @@ from .codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
 from .feedback import ErrorFeedback
 from .mailbox import CodedMailbox, open_mailbox
 from .registry import make_codec
+from .service import CodedService, open_service
 from .wire import ParameterWire, gradient_codec, message_seed, parameter_codec
 
 __all__ = [
     "BFloat16",
     "Codec",
     "CodedMailbox",
+    "CodedService",
     "ErrorFeedback",
     "Float16",
     "Int8",
@@ -32,5 +34,6 @@ __all__ = [
     "make_codec",
     "message_seed",
     "open_mailbox",
+    "open_service",
     "parameter_codec",
 ]

@@ -49,11 +49,6 @@ class ElasticRound(Strategy, ChoosesVariant):
         self.center = center
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "easgd")
-        if self._codec is not None and not self.synchronous:
-            raise ConfigError(
-                f"asynchronous EASGD cannot send compress={compress}: the centre's service answers with float64 "
-                "parameters only; use easgd:synchronous=true,compress=..."
-            )
 
     def setup(self, ctx: StepContext) -> None:
         if not 0 <= self.center < ctx.size:
