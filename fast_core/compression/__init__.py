@@ -7,7 +7,8 @@ The parameter messages of D-PSGD, synchronous gossip and synchronous EASGD go th
 (``dpsgd:ring,compress=int8``: dense codecs only); CHOCO-SGD's compressed differences take any codec
 (``choco:ring,compress=topk:ratio=0.01``). Asynchronous averaging's and FAST's mailboxes carry the codec's bytes
 (``CodedMailbox``); FAST's gradients take any codec, with error feedback; SGP's numerators a dense one, its
-push-sum weight exact (``ParameterWire(exact_tail=1)``).
+push-sum weight exact (``ParameterWire(exact_tail=1)``); AD-PSGD's and asynchronous EASGD's requests and replies
+a dense one (``CodedService``), as do asynchronous gossip's push and pull boxes (fast_core.transport.gossip_boxes).
 """
 
 from __future__ import annotations

@@ -78,11 +78,6 @@ class Gossip(Strategy, ChoosesVariant):
         self.seed = int(seed)
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "gossip")
-        if self._codec is not None and not self.synchronous:
-            raise ConfigError(
-                f"asynchronous gossip cannot send compress={compress}: its communication thread's mailboxes carry "
-                "float64 parameters only; use gossip:synchronous=true,compress=... or dpsgd/choco"
-            )
 
     def __repr__(self) -> str:
         return (
