@@ -35,7 +35,7 @@ def test_synchronous_fast_applies_decoded_gradients_with_error_feedback(codec: s
     assert not np.allclose(packed[0][0], plain[0][0])  # the codec changed what was applied
 
 
-@pytest.mark.parametrize("codec", ["int8", "topk:ratio=0.1"])
+@pytest.mark.parametrize("codec", ["int8", "topk:ratio=0.1", "randomk:ratio=0.25"])
 def test_asynchronous_fast_sends_codec_bytes_and_learns(codec: str) -> None:
     plain = LocalCluster(4, timeout=30).run(learn_metered, "fast:torus,restart_every=none")
     packed = LocalCluster(4, timeout=30).run(learn_metered, f"fast:torus,restart_every=none,compress={codec}")
