@@ -141,6 +141,8 @@ class EASGD(Every):
     reference's beta = N alpha). Asynchronous: each worker talks to the centre on its own schedule; the centre
     rank's communication thread answers with the current z and applies that worker's d at once, so no worker
     waits for another. ``alpha`` defaults to 0.9 / N, the reference code's beta = 0.9.
+    ``compress`` ("fp16", "bf16", "int8"): the codec both directions travel in, in both variants: the centre moves
+    z with the workers' decoded x, the workers move towards the decoded z.
     """
 
     name = "easgd"

@@ -55,6 +55,9 @@ class Gossip(Strategy, ChoosesVariant):
 
     What both variants share: the options and their checks, the mixing rule, the repr. ``synchronous=None`` means
     the class's own mode: synchronous for ``Gossip``.
+    ``compress`` ("fp16", "bf16", "int8"; ``fast_core.compression``): the codec the parameters travel in, in both
+    variants (the asynchronous boxes' slots carry its bytes); a worker averages its own exact values with the
+    decoded ones it receives.
     """
 
     name = "gossip"
