@@ -6,6 +6,7 @@ import numpy as np
 from training import CLASSES, FEATURES, batch, steps_in_window, task, train
 
 from fast_core import Worker
+from fast_core.compression import Codec, message_seed
 from fast_core.engine import Engine
 from fast_core.numpy_model import AdaGrad, SoftmaxRegression
 from fast_core.strategies.adpsgd import ADPSGD
@@ -16,26 +17,42 @@ from fast_core.strategies.gossip import Gossip
 from fast_core.topology import make_topology
 
 
+def reference_fast(size: int, steps: int, lr: float, codec: Codec | None = None) -> list[np.ndarray]:
+    """Synchronous FAST in NumPy: own AdaGrad step, then one per neighbour gradient (rank order). With ``codec``
+    the neighbours apply what it decodes of each sender's gradient plus its error-feedback residual (float32)."""
+    x, y, shards, _ = task(size)
+    graph = make_topology("torus", size)
+    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()  # rank 0's, broadcast by the Worker
+    states = [start.copy() for _ in range(size)]
+    optimizers = [AdaGrad(lr) for _ in range(size)]
+    residuals = [np.zeros(len(start), np.float32) for _ in range(size)]
+    probe = SoftmaxRegression(FEATURES, CLASSES)
+    for step in range(steps):
+        grads = []
+        for r in range(size):
+            probe.set_params(states[r])
+            probe.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(probe.grads().copy())
+        sent = grads
+        if codec is not None:
+            sent = []
+            for r in range(size):
+                corrected, seed = grads[r].astype(np.float32) + residuals[r], message_seed(step, r, size)
+                decoded = codec.decode(codec.encode(corrected, seed), len(corrected), seed)
+                residuals[r] = corrected - decoded
+                sent.append(decoded.astype(np.float64))
+        for r in range(size):
+            optimizers[r].step(states[r], grads[r])
+            for peer in graph.in_neighbors(r):
+                optimizers[r].step(states[r], sent[peer])
+    return states
+
+
 def case_fast_synchronous_matches_adagrad_reference(engine: Engine) -> None:
     """FAST: own AdaGrad step, then one AdaGrad step per neighbour gradient (rank order), checked to 1e-10."""
     steps, lr = 12, 0.05
     model, _ = train(engine, FAST(synchronous=True), steps, optimizer=AdaGrad(lr))
-    x, y, shards, _ = task(engine.size)
-    graph = make_topology("torus", engine.size)
-    start = SoftmaxRegression(FEATURES, CLASSES, seed=0).params().copy()  # rank 0's, broadcast by the Worker
-    states = [start.copy() for _ in range(engine.size)]
-    optimizers = [AdaGrad(lr) for _ in range(engine.size)]
-    probe = SoftmaxRegression(FEATURES, CLASSES)
-    for step in range(steps):
-        grads = []
-        for r in range(engine.size):
-            probe.set_params(states[r])
-            probe.compute_gradients(*batch(x, y, shards[r], step))
-            grads.append(probe.grads().copy())
-        for r in range(engine.size):
-            optimizers[r].step(states[r], grads[r])
-            for peer in graph.in_neighbors(r):
-                optimizers[r].step(states[r], grads[peer])
+    states = reference_fast(engine.size, steps, lr)
     np.testing.assert_allclose(model.params(), states[engine.rank], rtol=0, atol=1e-10)
 
 
@@ -106,21 +123,23 @@ def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 
 
-def _rank0_against_stalled_neighbours(
-    engine: Engine, strategy: AsyncAveraging, steps: int, update: float, rule
+def rank0_against_stalled_neighbours(
+    engine: Engine, strategy: AsyncAveraging, steps: int, update: float, rule, start=None
 ) -> None:
-    """Every rank starts at its rank number; the others send their first message and stall while rank 0 adds
-    ``update`` to its parameters before each of ``steps`` steps. ``rule(step, expected, own, pulls)`` gives rank 0's
-    expected value after a step (``expected`` already holds the update); rank 0 checks every element against it."""
+    """Every rank starts at ``start(rank, size)`` (default: its rank number); the others send their first message
+    and stall while rank 0 adds ``update`` to its parameters before each of ``steps`` steps. ``rule(step, expected,
+    own, pulls)`` gives rank 0's expected value after a step (``expected`` already holds the update); rank 0 checks
+    every element against it."""
+    start = start or (lambda rank, size: np.full(size, float(rank)))
     model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
-    model.set_params(np.full(model.layout.size, float(engine.rank)))
+    model.set_params(start(engine.rank, model.layout.size))
     worker = Worker(model, strategy, engine, broadcast_start=False).start()
     if engine.rank == 0:
         graph = make_topology("ring", engine.size)
         own, pulls = graph.self_weight(0), graph.in_weights(0)
         for peer in pulls:
             strategy._mailbox.wait_for(peer, min_step=0)
-        expected = 0.0
+        expected = start(0, model.layout.size)
         for step in range(steps):
             model.set_params(model.params() + update)  # the optimizer's update of this step
             worker.after_step()
@@ -143,7 +162,7 @@ def case_async_averaging_mixes_each_message_once_unless_remix_stale(engine: Engi
             return expected
 
         strategy = AsyncAveraging("ring", remix_stale=remix, keep_progress=False)  # the rule above is the plain one
-        _rank0_against_stalled_neighbours(engine, strategy, 5, 0.0, rule)
+        rank0_against_stalled_neighbours(engine, strategy, 5, 0.0, rule)
 
 
 def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engine: Engine) -> None:
@@ -161,4 +180,4 @@ def case_async_averaging_keep_progress_mixes_differences_from_what_was_sent(engi
                 return expected + sum(w * (peer - 0.0) for peer, w in pulls.items())
             return own * expected + sum(w * peer for peer, w in pulls.items())
 
-        _rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", keep_progress=keep), 4, 0.25, rule)
+        rank0_against_stalled_neighbours(engine, AsyncAveraging("ring", keep_progress=keep), 4, 0.25, rule)

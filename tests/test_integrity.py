@@ -92,8 +92,12 @@ def test_canonical_strategy_examples() -> None:
     assert canonical_strategy(make_strategy("dpsgd:ring")) == spelled
     assert canonical_strategy(make_strategy("dpsgd:ring")) != canonical_strategy(make_strategy("dpsgd:torus"))
     assert canonical_strategy(make_strategy("allreduce:warmup=5")) == "allreduce:compress=none,warmup=5"
-    nested = "schedule(3:allreduce:compress=none;none:sgp:topology=exp1,warmup=4)"
+    nested = "schedule(3:allreduce:compress=none;none:sgp:topology=exp1,compress=none,warmup=4)"
     assert canonical_strategy(warmup(3, warmup(4, "sgp"))) == nested
+    spelled = "fast:topology=torus,synchronous=false,restart_every=1,reset_optimizer=false,compress=topk:ratio=0.1"
+    assert canonical_strategy(make_strategy("fast:compress=topk:ratio=0.1")) == spelled
+    spelled = "async:topology=ring,staleness=none,weights=uniform,remix_stale=false,keep_progress=true,compress=int8"
+    assert canonical_strategy(make_strategy("async:ring,compress=int8")) == spelled
     assert canonical_strategy(Every(2, Schedule([(5, "sgp"), (None, "allreduce")]))).startswith("every(2,schedule(")
 
 

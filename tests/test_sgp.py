@@ -17,7 +17,7 @@ from fast_core.topology import TopologyError, ring
 def test_default_topology_and_repr() -> None:
     assert SGP().topology == "exp1"
     assert SGP.name == "sgp"
-    assert repr(SGP("ring")) == "SGP(topology='ring')"
+    assert repr(SGP("ring")) == "SGP(topology='ring', compress='none')"
 
 
 def test_unknown_topology_name_fails_at_construction_with_a_hint() -> None:

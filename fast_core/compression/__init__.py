@@ -5,25 +5,36 @@
 
 The parameter messages of D-PSGD, synchronous gossip and synchronous EASGD go through ``ParameterWire``
 (``dpsgd:ring,compress=int8``: dense codecs only); CHOCO-SGD's compressed differences take any codec
-(``choco:ring,compress=topk:ratio=0.01``).
+(``choco:ring,compress=topk:ratio=0.01``). Asynchronous averaging's and FAST's mailboxes carry the codec's bytes
+(``CodedMailbox``); FAST's gradients take any codec, with error feedback; SGP's numerators a dense one, its
+push-sum weight exact (``ParameterWire(exact_tail=1)``); AD-PSGD's and asynchronous EASGD's requests and replies
+a dense one (``CodedService``), as do asynchronous gossip's push and pull boxes (fast_core.transport.gossip_boxes).
 """
 
 from __future__ import annotations
 
 from .codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
 from .feedback import ErrorFeedback
+from .mailbox import CodedMailbox, open_mailbox
 from .registry import make_codec
-from .wire import ParameterWire, parameter_codec
+from .service import CodedService, open_service
+from .wire import ParameterWire, gradient_codec, message_seed, parameter_codec
 
 __all__ = [
     "BFloat16",
     "Codec",
+    "CodedMailbox",
+    "CodedService",
     "ErrorFeedback",
     "Float16",
     "Int8",
     "ParameterWire",
     "RandomK",
     "TopK",
+    "gradient_codec",
     "make_codec",
+    "message_seed",
+    "open_mailbox",
+    "open_service",
     "parameter_codec",
 ]

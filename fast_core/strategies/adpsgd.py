@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import open_service, parameter_codec
 from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology
-from ..transport.service import RequestService
 from .base import Strategy
 from .checks import static_topology
 
@@ -29,15 +29,21 @@ class ADPSGD(Strategy):
     of all workers is preserved exactly. When two ranks ask each other at the same moment, only the request of
     the lower rank is averaged (the other is answered with its own value, a no-op): otherwise they would swap
     values instead of averaging them.
+
+    ``compress``: the codec the snapshots travel in ("fp16", "bf16", "int8"; ``fast_core.compression``). Both
+    ranks of a pair then move by half the difference of the two decoded snapshots, in opposite directions, so the
+    average of all workers stays exact; the rounding only changes where the pair meets.
     """
 
     name = "adpsgd"
     lockstep = False
     rank_options = ("seed",)  # each rank draws its own partners from (seed, rank) anyway
 
-    def __init__(self, topology: str | Topology = "torus", seed: int = 0) -> None:
+    def __init__(self, topology: str | Topology = "torus", seed: int = 0, compress: str | None = "none") -> None:
         self.topology = topology
         self.seed = seed
+        self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec = parameter_codec(compress, "adpsgd")
 
     def setup(self, ctx: StepContext) -> None:
         graph = static_topology(self.topology, ctx.size, "uniform", "AD-PSGD")
@@ -50,24 +56,25 @@ class ADPSGD(Strategy):
         self._rng = np.random.default_rng((self.seed, ctx.rank))
         self._snapshot = np.array(ctx.model.params(), copy=True)  # this rank's value as pairs see it
         self._correction = np.zeros_like(self._snapshot)  # pair averages not yet applied by the trainer
-        self._service = RequestService(
+        self._service = open_service(
             ctx.engine,
             self._neighbors,
             ctx.layout.size,
             ctx.layout.dtype,
             self._answer,
+            self._codec,
             on_reply=self._take_reply,
             name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned
         )
         self._service.start()
 
-    def _move_halfway(self, other: np.ndarray) -> None:
-        """snapshot, correction += (other - snapshot) / 2 (service thread, under the service lock)."""
-        axpy(0.5, other, self._correction)
-        axpy(-0.5, self._snapshot, self._correction)
-        self._snapshot *= 0.5
-        axpy(0.5, other, self._snapshot)
+    def _move_halfway(self, other: np.ndarray, mine: np.ndarray) -> None:
+        """snapshot, correction += (other - mine) / 2, ``mine`` being our value as the peer read it and ``other``
+        the peer's as we read it: the peer moves by the opposite (service thread, under the service lock)."""
+        for into in (self._correction, self._snapshot):
+            axpy(0.5, other, into)
+            axpy(-0.5, mine, into)
 
     def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:
         if self._service.outstanding_to(peer) and self._rank < peer:
@@ -75,7 +82,7 @@ class ADPSGD(Strategy):
             return
         np.copyto(reply, self._snapshot)
         if not refused(self._ctx, peer, theirs):  # NaN/Inf: answered, but our snapshot does not move
-            self._move_halfway(theirs)
+            self._move_halfway(theirs, self._service.as_received(reply))
 
     def _take_reply(self, peer: int, theirs: np.ndarray) -> None:
         asked = self._service.request_payload
@@ -83,10 +90,7 @@ class ADPSGD(Strategy):
             return
         if not np.array_equal(theirs, asked):  # a no-op answer (crossed requests) changes nothing
             # move by what the pair average (asked + theirs) / 2 changes, whatever our snapshot did meanwhile
-            axpy(0.5, theirs, self._correction)
-            axpy(-0.5, asked, self._correction)
-            axpy(0.5, theirs, self._snapshot)
-            axpy(-0.5, asked, self._snapshot)
+            self._move_halfway(theirs, asked)
 
     def _settle(self, ctx: StepContext) -> np.ndarray:
         """Add the pair averages done since the last step; publish the result as our snapshot."""

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import open_mailbox, parameter_codec
 from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
 from ..topology import Topology
-from ..transport.mailbox import Mailbox
 from .base import Strategy
 from .checks import static_topology
 
@@ -33,6 +33,8 @@ class AsyncAveraging(Strategy):
     in 6 of 7 measured comparisons (issue 12; docs/bench_goals.md); ``keep_progress=False`` is the plain rule.
     ``staleness=None`` (or inf) never waits; ``staleness=s`` waits (with a timeout naming the neighbour)
     until every neighbour has reached at least step k - s.
+    ``compress``: the codec the parameters travel in ("fp16", "bf16", "int8"; ``fast_core.compression``): the
+    mailbox carries the codec's bytes and the neighbours mix the decoded values, each worker its own exact ones.
     """
 
     name = "async"
@@ -45,6 +47,7 @@ class AsyncAveraging(Strategy):
         weights: str = "uniform",
         remix_stale: bool = False,
         keep_progress: bool = True,
+        compress: str | None = "none",
     ):
         if staleness is not None and not (staleness >= 0):
             raise ConfigError(f"staleness must be >= 0 steps (or None for no bound), got {staleness}")
@@ -53,18 +56,21 @@ class AsyncAveraging(Strategy):
         self.weights = weights
         self.remix_stale = bool(remix_stale)
         self.keep_progress = bool(keep_progress)
+        self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec = parameter_codec(compress, "async averaging")
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = static_topology(self.topology, ctx.size, self.weights, "async averaging")
         rank = ctx.rank
         self._self_weight = self._graph.self_weight(rank)
         self._in_weights = self._graph.in_weights(rank)
-        self._mailbox = Mailbox(
+        self._mailbox = open_mailbox(
             ctx.engine,
             self._graph.in_neighbors(rank),
             self._graph.out_neighbors(rank),
             ctx.layout.size,
             ctx.layout.dtype,
+            self._codec,
             name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)

@@ -49,11 +49,6 @@ class ElasticRound(Strategy, ChoosesVariant):
         self.center = center
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "easgd")
-        if self._codec is not None and not self.synchronous:
-            raise ConfigError(
-                f"asynchronous EASGD cannot send compress={compress}: the centre's service answers with float64 "
-                "parameters only; use easgd:synchronous=true,compress=..."
-            )
 
     def setup(self, ctx: StepContext) -> None:
         if not 0 <= self.center < ctx.size:
@@ -146,6 +141,8 @@ class EASGD(Every):
     reference's beta = N alpha). Asynchronous: each worker talks to the centre on its own schedule; the centre
     rank's communication thread answers with the current z and applies that worker's d at once, so no worker
     waits for another. ``alpha`` defaults to 0.9 / N, the reference code's beta = 0.9.
+    ``compress`` ("fp16", "bf16", "int8"): the codec both directions travel in, in both variants: the centre moves
+    z with the workers' decoded x, the workers move towards the decoded z.
     """
 
     name = "easgd"

@@ -2,6 +2,8 @@
 
 The centre rank's communication thread (a RequestService) answers a worker's x with the current z and applies
 that worker's d = alpha (x - z) at once; the centre's own trainer moves z directly, under the service's lock.
+With ``compress`` both messages travel as the codec's bytes (``fast_core.compression.CodedService``): the centre
+moves z by alpha (decoded x - z), the worker x by alpha (x - decoded z).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..compression import open_service
 from ..integrity import refused
 from ..mixing import axpy
-from ..transport.service import RequestService
 from .easgd import ElasticRound, Talk
 
 if TYPE_CHECKING:
@@ -29,11 +31,13 @@ class AsyncEASGD(ElasticRound):
         self._ctx = ctx  # the service thread counts refusals into its metrics
         self._z_then = ctx.layout.empty()
         layout = ctx.layout
-        self._service = RequestService(ctx.engine, self._others, layout.size, layout.dtype, self._answer, name="easgd")
+        self._service = open_service(
+            ctx.engine, self._others, layout.size, layout.dtype, self._answer, self._codec, name="easgd"
+        )
         return self._centre_talk
 
     def _setup_member(self, ctx: StepContext) -> Talk:
-        self._service = RequestService(ctx.engine, [], ctx.layout.size, ctx.layout.dtype, None, name="easgd")
+        self._service = open_service(ctx.engine, [], ctx.layout.size, ctx.layout.dtype, None, self._codec, name="easgd")
         return self._member_talk
 
     def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:

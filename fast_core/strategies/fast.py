@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..collectives import restart_from_best
+from ..compression import ParameterWire, gradient_codec
 from ..engine import Request
 from ..errors import ConfigError
 from ..integrity import check_own, refused
@@ -39,6 +40,9 @@ class FAST(Strategy, ChoosesVariant):
 
     What both variants share: the options, the static neighbour sets, the best-replica restart at epoch ends.
     ``synchronous=None`` means the class's own mode: asynchronous for ``FAST``, as published.
+    ``compress``: the codec the gradients travel in, any of ``fast_core.compression`` ("fp16", "bf16", "int8",
+    "topk:ratio=R", "randomk:ratio=R"), with error feedback: what a message leaves out of a gradient is added to
+    the sender's next one, so nothing is lost for good. The neighbours apply the decoded gradients.
     """
 
     name = "fast"
@@ -51,6 +55,7 @@ class FAST(Strategy, ChoosesVariant):
         synchronous: bool | None = None,
         restart_every: int | None = 1,
         reset_optimizer: bool = False,
+        compress: str | None = "none",
     ) -> FAST:
         return super().__new__(cls._variant(synchronous))
 
@@ -60,6 +65,7 @@ class FAST(Strategy, ChoosesVariant):
         synchronous: bool | None = None,
         restart_every: int | None = 1,
         reset_optimizer: bool = False,
+        compress: str | None = "none",
     ) -> None:
         check_variant(self, synchronous)
         if restart_every is not None and restart_every < 1:
@@ -67,6 +73,8 @@ class FAST(Strategy, ChoosesVariant):
         self.topology = topology
         self.restart_every = restart_every
         self.reset_optimizer = reset_optimizer
+        self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec = gradient_codec(compress)
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = static_topology(self.topology, ctx.size, "uniform", "FAST")
@@ -82,7 +90,8 @@ class FAST(Strategy, ChoosesVariant):
     def __repr__(self) -> str:
         return (
             f"FAST(topology={self.topology!r}, synchronous={self.synchronous!r}, "
-            f"restart_every={self.restart_every!r}, reset_optimizer={self.reset_optimizer!r})"
+            f"restart_every={self.restart_every!r}, reset_optimizer={self.reset_optimizer!r}, "
+            f"compress={self.compress!r})"
         )
 
 
@@ -96,16 +105,20 @@ class SyncFAST(FAST):
         super().setup(ctx)
         self._sent = ctx.layout.empty()
         self._received = [ctx.layout.empty() for _ in self._sources]
+        self._wire = ParameterWire(self._codec, feedback=True)
         self._requests: list[Request] = []
 
     def before_step(self, ctx: StepContext) -> None:
         grads = ctx.model.grads()
         check_own(ctx, grads, "gradients", every=1)
         np.copyto(self._sent, grads)
-        self._requests = ctx.engine.exchange(self._sent, self._dests, self._received, self._sources, Tag.PARAMETERS)
+        self._requests = self._wire.exchange(
+            ctx.engine, self._sent, self._dests, self._received, self._sources, Tag.PARAMETERS, ctx.step
+        )
 
     def after_step(self, ctx: StepContext) -> None:
         ctx.engine.wait_all(self._requests)
+        self._wire.finish()
         for peer, gradient in zip(self._sources, self._received, strict=True):
             if not refused(ctx, peer, gradient, "gradients"):  # a NaN/Inf gradient is not applied
                 ctx.model.apply_gradient(gradient)

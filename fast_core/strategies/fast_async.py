@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..compression import open_mailbox
 from ..integrity import check_own, refused
-from ..transport.mailbox import Mailbox
 from .fast import FAST
 
 if TYPE_CHECKING:
@@ -34,12 +34,14 @@ class AsyncFAST(FAST):
         self._open(ctx)
 
     def _open(self, ctx: StepContext) -> None:
-        self._mailbox = Mailbox(
+        self._mailbox = open_mailbox(
             ctx.engine,
             self._sources,
             self._dests,
             ctx.layout.size,
             ctx.layout.dtype,
+            self._codec,
+            feedback=True,
             gate=True,
             depth=_QUEUE_DEPTH,
             name="fast-gradients",

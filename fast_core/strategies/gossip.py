@@ -55,6 +55,9 @@ class Gossip(Strategy, ChoosesVariant):
 
     What both variants share: the options and their checks, the mixing rule, the repr. ``synchronous=None`` means
     the class's own mode: synchronous for ``Gossip``.
+    ``compress`` ("fp16", "bf16", "int8"; ``fast_core.compression``): the codec the parameters travel in, in both
+    variants (the asynchronous boxes' slots carry its bytes); a worker averages its own exact values with the
+    decoded ones it receives.
     """
 
     name = "gossip"
@@ -78,11 +81,6 @@ class Gossip(Strategy, ChoosesVariant):
         self.seed = int(seed)
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "gossip")
-        if self._codec is not None and not self.synchronous:
-            raise ConfigError(
-                f"asynchronous gossip cannot send compress={compress}: its communication thread's mailboxes carry "
-                "float64 parameters only; use gossip:synchronous=true,compress=... or dpsgd/choco"
-            )
 
     def __repr__(self) -> str:
         return (

@@ -4,7 +4,8 @@ A background thread (a gossip box of fast_core.transport) moves the data while t
 does not fit: it sends every post to all of its dests (O(N) traffic per step on the complete graph) and keeps a
 model-sized receive posted from every source (O(N) memory). Instead a push is announced by a small notice and the
 model-sized receive is posted only when a notice arrives; a pull asks with a small request that the peer's thread
-answers with the newest parameters its trainer published. Memory stays a few model-sized buffers.
+answers with the newest parameters its trainer published. Memory stays a few model-sized buffers. With
+``compress`` the boxes' slots carry the codec's bytes, and the averages use the decoded parameters.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ class AsyncGossip(Gossip):
         self._asked = -1  # the peer of the pull in flight
         params = ctx.model.params()
         if self.variant == "pull":
-            pull_box = PullBox(ctx.engine, params, ctx.step)
+            pull_box = PullBox(ctx.engine, params, ctx.step, self._codec)
             self._box: PullBox | PushBox = pull_box
             self._gossip: Callable[[StepContext], None] = partial(self._pull, pull_box)
         else:
-            push_box = PushBox(ctx.engine, params, ctx.step)
+            push_box = PushBox(ctx.engine, params, ctx.step, self._codec)
             self._box = push_box
             self._gossip = partial(self._push, push_box)
 

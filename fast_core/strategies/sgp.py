@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
+from ..compression import ParameterWire, parameter_codec
 from ..errors import ConfigError
 from ..integrity import check_own, refused
 from ..mixing import axpy
@@ -45,11 +46,15 @@ class SGP(Strategy):
 
     The push is synchronous: the message holds the parameters after the optimizer step, so it cannot overlap
     the gradient computation of the same step.
+
+    ``compress``: the codec the numerator travels in ("fp16", "bf16", "int8"; ``fast_core.compression``); the
+    weight always travels exactly, so the ratio x / w divides by the true mass. Each rank keeps its own share
+    exact and adds its neighbours' decoded shares: the rounding enters x, as it enters D-PSGD's mixing.
     """
 
     name = "sgp"
 
-    def __init__(self, topology: str | Topology | nx.Graph = "exp1") -> None:
+    def __init__(self, topology: str | Topology | nx.Graph = "exp1", compress: str | None = "none") -> None:
         if isinstance(topology, str):
             make_topology(topology, 1)  # an unknown name fails here, with a suggestion, not at the first step
         elif not isinstance(topology, Topology | nx.Graph):
@@ -58,6 +63,8 @@ class SGP(Strategy):
                 f"got {type(topology).__name__}"
             )
         self.topology = topology
+        self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
+        self._codec = parameter_codec(compress, "sgp")
 
     # state ----------------------------------------------------------------------------------------------------
     @property
@@ -78,6 +85,7 @@ class SGP(Strategy):
         self._state = np.empty(layout.size + 1, dtype=layout.dtype)
         self._state[:-1] = ctx.model.params()
         self._state[-1] = 1.0
+        self._wire = ParameterWire(self._codec, exact_tail=1)  # the weight, last, is never rounded
         received: dict[int, np.ndarray] = {}
         self._rounds: list[_Round] = []
         for phase in range(self._graph.period):
@@ -99,7 +107,9 @@ class SGP(Strategy):
         plan = self._rounds[ctx.round % len(self._rounds)]
         if plan.dests or plan.sources:
             state *= plan.share
-            ctx.engine.wait_all(ctx.engine.exchange(state, plan.dests, plan.recvs, plan.sources, tag=Tag.PUSH_SUM))
+            self._wire.exchange_and_wait(
+                ctx.engine, state, plan.dests, plan.recvs, plan.sources, Tag.PUSH_SUM, ctx.round
+            )
             for peer, buf in zip(plan.sources, plan.recvs, strict=True):  # the sends are complete: state may change
                 if not refused(ctx, peer, buf):  # NaN/Inf mass is dropped whole (x and w): x / w stays an average
                     axpy(1.0, buf, state)

@@ -10,6 +10,7 @@ buffers.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,16 +20,24 @@ from . import framing
 from .comm_thread import CommThread
 from .tags import GossipTag
 
+if TYPE_CHECKING:
+    from ..compression.codecs import Codec
+
 
 class GossipThread(CommThread):
-    """Shared parts: message slots of ``framing``, and one small always-posted receive per peer."""
+    """Shared parts: message slots of ``framing``, and one small always-posted receive per peer.
+
+    With a ``codec`` (fast_core.compression, a dense one) the slots carry its bytes: parameters are encoded when
+    the trainer pushes or publishes them and decoded when it takes them."""
 
     idle_pause = 5e-3  # a message noticed up to 5 ms late is only fresher at the next step: nobody waits on it
 
-    def __init__(self, engine: Engine, params: np.ndarray, name: str, small_tag: int) -> None:
+    def __init__(self, engine: Engine, params: np.ndarray, name: str, small_tag: int, codec: Codec | None) -> None:
         super().__init__(engine, name)
         self.dtype = params.dtype
-        self._payload_bytes = params.nbytes
+        self.codec = codec
+        self._values = params.size
+        self._payload_bytes = params.nbytes if codec is None else len(codec.encode(np.zeros(params.size)))
         self.buffers = 0  # model-sized slots allocated so far: a handful, however long training runs
         self._peers = [p for p in range(engine.size) if p != engine.rank]
         self._one = np.ones(1, dtype=np.int64)  # the body of every small message; never written
@@ -40,9 +49,16 @@ class GossipThread(CommThread):
         self.buffers += 1
         return framing.allocate(self._payload_bytes)
 
+    def _encode(self, params: np.ndarray) -> np.ndarray:
+        """What a slot carries of ``params``: the values, or the codec's bytes."""
+        return params if self.codec is None else self.codec.encode(params.reshape(-1))
+
     def _read(self, slot: np.ndarray) -> tuple[np.ndarray, int]:
-        payload, step, _ = framing.read(slot, self.dtype)
-        return payload, step
+        if self.codec is None:
+            payload, step, _ = framing.read(slot, self.dtype)
+            return payload, step
+        payload, step, _ = framing.read(slot, np.dtype(np.uint8))
+        return self.codec.decode(payload, self._values).astype(self.dtype), step
 
     def _small_arrivals(self) -> list[int]:
         """Peers whose small message (notice or request) arrived, once per message; receives are reposted."""
@@ -68,8 +84,8 @@ class PushBox(GossipThread):
     slow link lowers the push rate instead of queueing stale parameters.
     """
 
-    def __init__(self, engine: Engine, params: np.ndarray, step: int) -> None:
-        super().__init__(engine, params, "gossip-push", GossipTag.NOTICE)
+    def __init__(self, engine: Engine, params: np.ndarray, step: int, codec: Codec | None = None) -> None:
+        super().__init__(engine, params, "gossip-push", GossipTag.NOTICE, codec)
         self._staged, self._outgoing = self._slot(), self._slot()
         self._staged_dest: int | None = None
         self._sequence = 0
@@ -90,7 +106,7 @@ class PushBox(GossipThread):
                 return False
             slot = self._staged  # the thread swaps it only once _staged_dest is set below
         self._sequence += 1
-        framing.write(slot, params, step, self._sequence)
+        framing.write(slot, self._encode(params), step, self._sequence)
         with self._cond:
             self._staged_dest = dest
         self._nudge()
@@ -164,8 +180,8 @@ class PullBox(GossipThread):
     serving slot between answers, so a peer always gets a consistent snapshot, at most one batch of answers old.
     """
 
-    def __init__(self, engine: Engine, params: np.ndarray, step: int) -> None:
-        super().__init__(engine, params, "gossip-pull", GossipTag.ASK)
+    def __init__(self, engine: Engine, params: np.ndarray, step: int, codec: Codec | None = None) -> None:
+        super().__init__(engine, params, "gossip-pull", GossipTag.ASK, codec)
         self._staged, self._serving = self._slot(), self._slot()
         self._staged_sequence = self._serving_sequence = 0
         self._answers: list[Request] = []
@@ -183,9 +199,10 @@ class PullBox(GossipThread):
     def publish(self, params: np.ndarray, step: int) -> None:
         """Make a copy of ``params`` the answer to the next requests."""
         self._raise_if_failed()
+        payload = self._encode(params)
         with self._cond:
             self._staged_sequence += 1
-            framing.write(self._staged, params, step, self._staged_sequence)
+            framing.write(self._staged, payload, step, self._staged_sequence)
 
     def idle(self) -> bool:
         """True when no fetch is asked, in flight, or answered and unread."""

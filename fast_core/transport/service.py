@@ -79,6 +79,11 @@ class RequestService(CommThread):
             self._cond.notify_all()
         self._nudge()
 
+    def as_received(self, values: np.ndarray) -> np.ndarray:
+        """What a peer reads of ``values`` when this service sends them: ``values`` itself (a CodedService of
+        fast_core.compression says what its codec leaves)."""
+        return values
+
     @property
     def request_payload(self) -> np.ndarray:
         """The copy of our last request's payload (unchanged until the next ask)."""
