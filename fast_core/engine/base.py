@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..config import DEFAULT_TIMEOUT, check_timeout, environment
-from ..errors import PeerFailed, PeerTimeout
+from ..errors import MessageError, PeerFailed, PeerTimeout
 
 __all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
 
@@ -86,6 +86,10 @@ class Engine(ABC):
     threads_supported: bool = True
     """Whether a background thread may communicate while the trainer does (MPI: MPI_THREAD_MULTIPLE granted);
     asynchronous strategies refuse to start without it."""
+    cooperative: bool = False
+    """Whether the engine runs on virtual time (``fast_core.simulate``): a communication thread then starts no
+    thread; the engine calls its work (``attach_pump``) whenever something lands for its rank, and the trainer's
+    waits on it go through ``idle``."""
     thread_level: str = "threads"
     """What the engine was granted, for error messages (MPI: the thread level's name, like MPI_THREAD_SINGLE)."""
     fault_tolerant: bool = False
@@ -191,6 +195,17 @@ class Engine(ABC):
         used: an engine from ``split`` or ``dup`` that lives until the end would otherwise be reported pending at
         MPI_Finalize."""
 
+    def attach_pump(self, pump: Callable[[], bool]) -> None:
+        """Cooperative engines: call ``pump`` whenever something lands for this rank, until it returns False."""
+        raise NotImplementedError(f"the {self.name} engine runs communication threads as threads")
+
+    def nudge(self) -> None:  # noqa: B027 - only cooperative engines have pumps to run
+        """Cooperative engines: run this rank's pumps soon (the trainer staged work for its thread)."""
+
+    def idle(self) -> None:
+        """Cooperative engines: wait until something lands for this rank (a trainer waiting on its thread)."""
+        raise NotImplementedError(f"the {self.name} engine runs communication threads as threads")
+
     def record_wait(self, seconds: float) -> None:  # noqa: B027 - a metering engine counts it
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
 
@@ -262,6 +277,18 @@ class Patience:
 def check_tag(tag: int) -> None:
     if not 0 <= tag < MAX_USER_TAG:
         raise ValueError(f"tag {tag} is outside 0..{MAX_USER_TAG - 1} (higher tags are reserved by FAST)")
+
+
+def deliver(rank: int, request: Request, data: np.ndarray, buf: np.ndarray) -> None:
+    """Copy a received message into the receive buffer, or MessageError when the two ranks disagree on its layout
+    (in-process engines: MPI checks it itself)."""
+    if data.nbytes != buf.nbytes or data.dtype != buf.dtype:
+        raise MessageError(
+            f"rank {rank} expected {buf.nbytes} bytes of {buf.dtype} from rank {request.peer} (tag {request.tag}) "
+            f"but received {data.nbytes} bytes of {data.dtype}: the two ranks disagree on the message layout"
+        )
+    np.copyto(buf, data.reshape(buf.shape))
+    request.done = True
 
 
 def check_color(color: int) -> None:

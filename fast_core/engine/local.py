@@ -25,8 +25,18 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MessageError, PeerFailed, PeerLost, PeerTimeout
-from .base import Engine, Request, check_color, check_contiguous, check_kind, check_op, check_tag, resolve_timeout
+from ..errors import PeerFailed, PeerLost, PeerTimeout
+from .base import (
+    Engine,
+    Request,
+    check_color,
+    check_contiguous,
+    check_kind,
+    check_op,
+    check_tag,
+    deliver,
+    resolve_timeout,
+)
 from .membership import Membership, Shrink
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
@@ -313,14 +323,7 @@ class _LocalRecv(Request):
         if data is None:
             self._cluster.revoked(self._key[1])
             return False
-        if data.nbytes != self._buf.nbytes or data.dtype != self._buf.dtype:
-            raise MessageError(
-                f"rank {self._key[1]} expected {self._buf.nbytes} bytes of {self._buf.dtype} from rank {self.peer} "
-                f"(tag {self.tag}) but received {data.nbytes} bytes of {data.dtype}: the two ranks disagree on the "
-                "message layout"
-            )
-        np.copyto(self._buf, data.reshape(self._buf.shape))
-        self.done = True
+        deliver(self._key[1], self, data, self._buf)
         return True
 
 

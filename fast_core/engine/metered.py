@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -110,6 +110,19 @@ class MeteredEngine(Engine):
     @property
     def thread_level(self) -> str:  # type: ignore[override]
         return self.inner.thread_level
+
+    @property
+    def cooperative(self) -> bool:  # type: ignore[override]
+        return self.inner.cooperative
+
+    def attach_pump(self, pump: Callable[[], bool]) -> None:
+        self.inner.attach_pump(pump)
+
+    def nudge(self) -> None:
+        self.inner.nudge()
+
+    def idle(self) -> None:
+        self.inner.idle()
 
     def record_wait(self, seconds: float) -> None:
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""

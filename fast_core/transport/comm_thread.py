@@ -47,10 +47,43 @@ class CommThread:
         self._closing = False
         self._abandoned = False
         self._error: BaseException | None = None
+        self._barrier: Request | None = None  # the closing barrier, once entered
+        self._stopped = False  # cooperative: the last turn ran
         self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
 
     def _start(self) -> None:
+        if self.engine.cooperative:  # virtual time (fast simulate): the engine runs our work as its events
+            self.engine.attach_pump(self._pump)
+            return
         self._thread.start()
+
+    def _pump(self) -> bool:
+        """One turn of the loop, run by a cooperative engine when something landed; False once stopped."""
+        if self._stopped or self._abandoned:
+            return False
+        try:
+            stop, _ = self._turn()
+            if stop:
+                self._shutdown()
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
+            stop = True
+            with self._cond:
+                self._error = exc
+        if stop:
+            self._stopped = True
+        return not stop
+
+    def _wait_on_thread(self, seconds: float) -> None:
+        """The trainer waits (holding ``_cond``) for the thread to change something; cooperative: for the next event
+        of its rank, the lock released meanwhile."""
+        if not self.engine.cooperative:
+            self._cond.wait(seconds)
+            return
+        self._cond.release()
+        try:
+            self.engine.idle()
+        finally:
+            self._cond.acquire()
 
     # to be provided by subclasses ---------------------------------------------------------------------------------
     def _progress(self) -> bool:
@@ -72,6 +105,11 @@ class CommThread:
             self._closing = True
             self._cond.notify_all()
         self._nudge()
+        if self.engine.cooperative:
+            while not self._stopped:
+                self.engine.idle()
+            self._raise_if_failed()
+            return
         self._thread.join(None if math.isinf(self.engine.timeout) else self.engine.timeout + 5.0)
         if self._thread.is_alive():
             raise PeerTimeout(
@@ -84,6 +122,8 @@ class CommThread:
         """Stop at once, with no collective: the group lost a rank and its communicators are revoked (a
         fault-tolerant engine). What was in flight is dropped; the strategy makes a new thread over the survivors."""
         self._abandoned = True
+        if self.engine.cooperative:
+            return
         self._nudge()
         with self._cond:
             self._cond.notify_all()
@@ -92,6 +132,9 @@ class CommThread:
 
     def _nudge(self) -> None:
         """Wake the idle thread now: the trainer staged work (a message, a request, the close)."""
+        if self.engine.cooperative:
+            self.engine.nudge()
+            return
         self._wake.set()
 
     def _raise_if_failed(self) -> None:
@@ -110,15 +153,20 @@ class CommThread:
                 self._error = exc
                 self._cond.notify_all()
 
+    def _turn(self) -> tuple[bool, bool]:
+        """One pass of the loop: (stop, progressed). Closing, it enters the barrier once nothing of its own is in
+        flight; once the barrier completes, every rank's messages have landed."""
+        self.engine.check_alive()  # in-process: another worker's failure stops this thread, and so its trainer
+        progressed = self._progress()
+        if self._closing and self._barrier is None and self._ready_to_close():
+            self._barrier = self.engine.ibarrier()
+        return self._barrier is not None and self._barrier.test(), progressed
+
     def _loop(self) -> None:
         pause = 0.0
-        barrier: Request | None = None
         while not self._abandoned:
-            self.engine.check_alive()  # in-process: another worker's failure stops this thread, and so its trainer
-            progressed = self._progress()
-            if self._closing and barrier is None and self._ready_to_close():
-                barrier = self.engine.ibarrier()  # once it completes, every rank's messages have landed
-            if barrier is not None and barrier.test():
+            stop, progressed = self._turn()
+            if stop:
                 break
             if progressed:
                 pause = 0.0

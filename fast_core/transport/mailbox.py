@@ -181,7 +181,7 @@ class Mailbox(CommThread):
                             "be stuck, dead or far slower; raise the timeout (FAST_TIMEOUT) or the staleness bound",
                             ranks=(peer,),
                         )
-                    self._cond.wait(min(left, 0.05))
+                    self._wait_on_thread(min(left, 0.05))
             finally:
                 self._waiting -= 1
         self.engine.record_wait(time.monotonic() - start)

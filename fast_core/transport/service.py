@@ -126,7 +126,7 @@ class RequestService(CommThread):
                         f"{self.name} request; that rank's communication thread is stuck or dead",
                         ranks=(peer,),
                     )
-                self._cond.wait(min(left, 0.05))
+                self._wait_on_thread(min(left, 0.05))
             self._own_peer = None
         self.engine.record_wait(time.monotonic() - start)
         return self._own_reply
