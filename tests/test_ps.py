@@ -1,0 +1,244 @@
+"""The parameter server ``ps`` (fast_core/strategies/ps.py, ps_async.py) against NumPy references, on 4 ranks."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from training import BATCH, CLASSES, FEATURES, LR, batch, task, train
+
+from fast_core import LocalCluster, Worker, make_strategy
+from fast_core.errors import ConfigError
+from fast_core.numpy_model import SGD, Momentum, SoftmaxRegression
+from fast_core.strategies import AsyncPS, SyncPS
+from fast_core.strategies.ps import shard_bounds
+from fast_core.strategies.spec import canonical_strategy
+
+STEPS = 12
+PARAMS = (FEATURES + 1) * CLASSES  # the softmax model's flat size
+ITEM = 8  # float64
+
+
+def reference_allreduce_sgd(size: int, steps: int) -> np.ndarray:
+    """x <- x - lr * mean_r g_r(x), all workers from rank 0's start: what synchronous ps and all-reduce both run."""
+    x, y, shards, _ = task(size)
+    model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+    params = model.params().copy()
+    for step in range(steps):
+        grads = []
+        for r in range(size):
+            model.set_params(params)
+            model.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(model.grads().copy())
+        params = params - LR * np.mean(grads, axis=0)
+    return params
+
+
+def final_params(strategy: str, size: int = 4, optimizer=None) -> list[np.ndarray]:
+    def body(engine):
+        model, _ = train(engine, make_strategy(strategy), STEPS, optimizer=optimizer and optimizer())
+        return model.params().copy()
+
+    return LocalCluster(size, timeout=30).run(body)
+
+
+def test_sync_ps_is_allreduce_sgd() -> None:
+    expected = reference_allreduce_sgd(4, STEPS)
+    ps = final_params("ps:servers=2")
+    allreduce = final_params("allreduce")
+    for mine, theirs in zip(ps, allreduce, strict=True):
+        np.testing.assert_allclose(mine, expected, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-12)
+    assert np.abs(expected - SoftmaxRegression(FEATURES, CLASSES, seed=0).params()).max() > 1e-3  # it moved
+
+
+def test_sync_ps_keeps_the_users_optimizer() -> None:
+    """With momentum, every worker's own optimizer applies the servers' mean gradient: still all-reduce's run."""
+    ps = final_params("ps:servers=3", optimizer=lambda: Momentum(LR, 0.9))
+    allreduce = final_params("allreduce", optimizer=lambda: Momentum(LR, 0.9))
+    for mine, theirs in zip(ps, allreduce, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-12)
+
+
+def traffic(strategy: str, steps: int, size: int = 4) -> list[tuple[int, int]]:
+    """(bytes sent, bytes received) of each rank over ``steps`` steps, start-up traffic left out."""
+
+    def body(engine):
+        x, y, shards, _ = task(size)
+        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+        worker = Worker(model, make_strategy(strategy), engine).start()
+        start = (worker.metrics.bytes_sent, worker.metrics.bytes_received)
+        engine.barrier()  # no rank asks before every rank has read its counters
+        for step in range(steps):
+            model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()
+        return worker.metrics.bytes_sent - start[0], worker.metrics.bytes_received - start[1]
+
+    return LocalCluster(size, timeout=30).run(body)
+
+
+def test_sync_bytes_per_step_a_worker_sends_one_gradient_a_server_carries_its_shard_n_times() -> None:
+    shards = [hi - lo for lo, hi in shard_bounds(PARAMS, 2)]
+    steps = 3
+    for rank, (sent, received) in enumerate(traffic("ps:servers=2", steps)):
+        own = shards[rank] if rank < 2 else 0
+        # every shard but its own goes to its server; its own shard's average goes to the 3 others
+        expected = (PARAMS - own) + 3 * own
+        assert sent == received == steps * expected * ITEM, (rank, sent, received)
+
+
+def test_async_bytes_per_step_are_one_padded_shard_per_other_server() -> None:
+    width = max(hi - lo for lo, hi in shard_bounds(PARAMS, 2))
+    steps = 5
+    for rank, (sent, received) in enumerate(traffic("ps:servers=2,mode=async", steps)):
+        asks = 2 - (rank < 2)  # servers it talks to over the wire; its own shard it updates in place
+        answers = 3 if rank < 2 else 0  # requests its service answers: one per other rank and step
+        assert sent == received == steps * (asks + answers) * width * ITEM, (rank, sent, received)
+
+
+def test_async_server_shard_is_the_start_plus_every_pushed_update() -> None:
+    """Downpour's invariant: w_s = w_s(0) + sum of every update pushed to s; with SGD, minus lr times the sum of
+    every worker's gradients (whatever the interleaving)."""
+
+    def body(engine):
+        x, y, shards, _ = task(4)
+        model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
+        strategy = make_strategy("ps:servers=2,mode=async")
+        worker = Worker(model, strategy, engine).start()
+        start = model.params().copy()
+        gradients = np.zeros_like(start)
+        for step in range(20):
+            model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+            gradients += model.grads()
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()  # every update has landed once all ranks closed
+        return start, gradients, strategy.server_shard()
+
+    results = LocalCluster(4, timeout=30).run(body)
+    start, gradients = results[0][0], sum(r[1] for r in results)
+    assert all(np.array_equal(r[0], start) for r in results)  # all started from rank 0's parameters
+    for rank in (0, 1):
+        lo, hi, shard = results[rank][2]
+        np.testing.assert_allclose(shard, start[lo:hi] - LR * gradients[lo:hi], rtol=0, atol=1e-12)
+    assert results[2][2] is None and results[3][2] is None
+
+
+def test_async_follows_the_downpour_rule_in_a_fixed_interleaving() -> None:
+    """Two ranks, one server (rank 0): rank 1 runs its steps first, then rank 0 (which computed its first gradient
+    at the start, before rank 1's updates): a sequential NumPy run of the same rule gives the same numbers."""
+    x, y, shards, _ = task(2)
+    first, second = 3, 4
+    turn = threading.Event()
+
+    def body(engine):
+        model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
+        worker = Worker(model, make_strategy("ps:servers=1,mode=async"), engine).start()
+        if engine.rank == 0:
+            model.compute_gradients(*batch(x, y, shards[0], 0))  # at the start: stale once rank 1 has pushed
+            turn.wait(30)
+            for step in range(second):
+                if step:
+                    model.compute_gradients(*batch(x, y, shards[0], step))
+                worker.before_step()
+                model.optimizer_step()
+                worker.after_step()
+        else:
+            for step in range(first):
+                model.compute_gradients(*batch(x, y, shards[1], step))
+                worker.before_step()
+                model.optimizer_step()
+                worker.after_step()
+            turn.set()
+        worker.close()
+        return model.params().copy()
+
+    results = LocalCluster(2, timeout=30).run(body)
+    ref = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+    w = ref.params().copy()
+
+    def gradient(at: np.ndarray, rank: int, step: int) -> np.ndarray:
+        ref.set_params(at)
+        ref.compute_gradients(*batch(x, y, shards[rank], step))
+        return ref.grads().copy()
+
+    stale = gradient(w, 0, 0)
+    for step in range(first):  # rank 1 alone: its pull is the server's w, which only it moved
+        w = w - LR * gradient(w, 1, step)
+    np.testing.assert_allclose(results[1], w, rtol=0, atol=1e-12)
+    w = w - LR * stale
+    for step in range(1, second):
+        w = w - LR * gradient(w, 0, step)
+    np.testing.assert_allclose(results[0], w, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
+    from fast_core.datasets import digits, shard_indices
+
+    data, labels = digits()
+    test = slice(1500, None)
+
+    def body(engine):
+        model = SoftmaxRegression(data.shape[1], 10, optimizer=SGD(0.5), seed=engine.rank)
+        worker = Worker(model, make_strategy(f"ps:servers=2,mode={mode}"), engine).start()
+        shard = shard_indices(1500, engine.rank, engine.size, seed=0)
+        for step in range(150):
+            idx = shard[(step * BATCH) % (len(shard) - BATCH) :][:BATCH]
+            model.compute_gradients(data[idx], labels[idx])
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+        worker.close()
+        return model.accuracy(data[test], labels[test], params=worker.average_params())
+
+    accuracies = LocalCluster(4, timeout=30).run(body)
+    assert min(accuracies) > 0.85, accuracies
+
+
+def test_the_options_are_read_back() -> None:
+    assert type(make_strategy("ps")) is SyncPS and type(make_strategy("ps:mode=async")) is AsyncPS
+    for spec in ("ps:servers=2,mode=async,compress=int8", "ps:servers=none,mode=sync,compress=none"):
+        assert canonical_strategy(make_strategy(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("ps:servers=0", "ps servers must be a whole number >= 1, got 0; e.g. ps:servers=2"),
+        ("ps:servers=1.5", "ps servers must be a whole number >= 1, got 1.5"),
+        ("ps:mode=downpour", "ps mode must be 'sync' or 'async', got 'downpour'"),
+        ("ps:compress=topk", "ps cannot send its vectors as topk"),
+    ],
+)
+def test_bad_options_are_named(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_strategy(spec)
+
+
+def test_a_variant_refuses_the_other_mode() -> None:
+    with pytest.raises(ConfigError, match="AsyncPS runs mode=async, got mode='sync'"):
+        AsyncPS(mode="sync")
+
+
+def test_more_servers_than_ranks_is_refused_with_the_fix() -> None:
+    def body(engine):
+        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+        Worker(model, make_strategy("ps:servers=3"), engine).start()
+
+    with pytest.raises(ConfigError, match=r"ps:servers=3 needs at least 3 ranks .* use ps:servers=1"):
+        LocalCluster(2, timeout=10).run(body)
+
+
+def test_default_servers_are_half_the_ranks() -> None:
+    def body(engine):
+        strategy = make_strategy("ps")
+        Worker(SoftmaxRegression(FEATURES, CLASSES, seed=0), strategy, engine).start().close()
+        return len(strategy._bounds)
+
+    assert LocalCluster(4, timeout=10).run(body) == [2, 2, 2, 2]
