@@ -61,6 +61,15 @@ def test_sync_ps_keeps_the_users_optimizer() -> None:
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("codec", ["fp16", "int8"])
+def test_compressed_sync_ps_keeps_every_replica_equal(codec: str) -> None:
+    """Every worker, the servers' own included, applies the decoded mean gradient: the replicas stay identical."""
+    ps = final_params(f"ps:servers=2,compress={codec}")
+    for mine in ps[1:]:
+        np.testing.assert_array_equal(mine, ps[0])
+    np.testing.assert_allclose(ps[0], reference_allreduce_sgd(4, STEPS), rtol=0, atol=5e-3)  # it moved by 0.38
+
+
 def traffic(strategy: str, steps: int, size: int = 4) -> list[tuple[int, int]]:
     """(bytes sent, bytes received) of each rank over ``steps`` steps, start-up traffic left out."""
 
