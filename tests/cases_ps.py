@@ -4,7 +4,7 @@ under mpiexec (``mpiexec -n 4 python -m mpi4py tests/run_cases.py ps``)."""
 from __future__ import annotations
 
 import numpy as np
-from training import CLASSES, FEATURES, LR, batch, task, train
+from training import CLASSES, FEATURES, LR, batch, reference_mean_gradient, task, train
 
 from fast_core import Worker, make_strategy
 from fast_core.engine import Engine
@@ -13,17 +13,10 @@ from fast_core.numpy_model import SGD, SoftmaxRegression
 
 def case_ps_sync_is_sgd_on_the_mean_gradient(engine: Engine) -> None:
     """Every worker ends at the parameters of one model trained on the mean gradient of all shards."""
-    x, y, shards, _ = task(engine.size)
-    single = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
-    for step in range(15):
-        grads = []
-        for r in range(engine.size):
-            single.compute_gradients(*batch(x, y, shards[r], step))
-            grads.append(single.grads().copy())
-        single.apply_gradient(np.mean(grads, axis=0))
+    expected = reference_mean_gradient(engine.size, 15)
     for servers in sorted({1, max(1, engine.size // 2), engine.size}):
         model, _ = train(engine, f"ps:servers={servers}", steps=15)
-        np.testing.assert_allclose(model.params(), single.params(), rtol=0, atol=1e-10)
+        np.testing.assert_allclose(model.params(), expected, rtol=0, atol=1e-10)
 
 
 def case_ps_async_servers_hold_the_start_minus_lr_times_every_gradient(engine: Engine) -> None:

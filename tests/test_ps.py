@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from training import BATCH, CLASSES, FEATURES, LR, batch, task, train
+from training import BATCH, CLASSES, FEATURES, LR, batch, reference_mean_gradient, task, train
 
 from fast_core import LocalCluster, Worker, make_strategy
 from fast_core.errors import ConfigError
@@ -20,21 +20,6 @@ PARAMS = (FEATURES + 1) * CLASSES  # the softmax model's flat size
 ITEM = 8  # float64
 
 
-def reference_allreduce_sgd(size: int, steps: int) -> np.ndarray:
-    """x <- x - lr * mean_r g_r(x), all workers from rank 0's start: what synchronous ps and all-reduce both run."""
-    x, y, shards, _ = task(size)
-    model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
-    params = model.params().copy()
-    for step in range(steps):
-        grads = []
-        for r in range(size):
-            model.set_params(params)
-            model.compute_gradients(*batch(x, y, shards[r], step))
-            grads.append(model.grads().copy())
-        params = params - LR * np.mean(grads, axis=0)
-    return params
-
-
 def final_params(strategy: str, size: int = 4, optimizer=None) -> list[np.ndarray]:
     def body(engine):
         model, _ = train(engine, make_strategy(strategy), STEPS, optimizer=optimizer and optimizer())
@@ -44,7 +29,7 @@ def final_params(strategy: str, size: int = 4, optimizer=None) -> list[np.ndarra
 
 
 def test_sync_ps_is_allreduce_sgd() -> None:
-    expected = reference_allreduce_sgd(4, STEPS)
+    expected = reference_mean_gradient(4, STEPS)
     ps = final_params("ps:servers=2")
     allreduce = final_params("allreduce")
     for mine, theirs in zip(ps, allreduce, strict=True):
@@ -67,7 +52,7 @@ def test_compressed_sync_ps_keeps_every_replica_equal(codec: str) -> None:
     ps = final_params(f"ps:servers=2,compress={codec}")
     for mine in ps[1:]:
         np.testing.assert_array_equal(mine, ps[0])
-    np.testing.assert_allclose(ps[0], reference_allreduce_sgd(4, STEPS), rtol=0, atol=5e-3)  # it moved by 0.38
+    np.testing.assert_allclose(ps[0], reference_mean_gradient(4, STEPS), rtol=0, atol=5e-3)  # it moved by 0.38
 
 
 def traffic(strategy: str, steps: int, size: int = 4) -> list[tuple[int, int]]:
