@@ -19,9 +19,9 @@ def case_ps_sync_is_sgd_on_the_mean_gradient(engine: Engine) -> None:
         np.testing.assert_allclose(model.params(), expected, rtol=0, atol=1e-10)
 
 
-def case_ps_async_servers_hold_the_start_minus_lr_times_every_gradient(engine: Engine) -> None:
+def case_ps_async_servers_hold_the_start_minus_lr_over_n_times_every_gradient(engine: Engine) -> None:
     """Downpour's invariant, whatever the interleaving: the servers' shards put together are the start minus
-    lr times the sum of every gradient any worker pushed."""
+    lr / N (the default scale) times the sum of every gradient any worker pushed."""
     x, y, shards, _ = task(engine.size)
     model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
     strategy = make_strategy(f"ps:servers={max(1, engine.size // 2)},mode=async")
@@ -42,4 +42,4 @@ def case_ps_async_servers_hold_the_start_minus_lr_times_every_gradient(engine: E
         servers[lo:hi] = values
     engine.allreduce(servers)
     engine.allreduce(gradients)
-    np.testing.assert_allclose(servers, start - LR * gradients, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(servers, start - LR / engine.size * gradients, rtol=0, atol=1e-12)

@@ -46,6 +46,13 @@ def test_sync_ps_keeps_the_users_optimizer() -> None:
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-12)
 
 
+def test_sync_scale_multiplies_the_sum_of_the_gradients() -> None:
+    """scale=0.5 on 4 ranks applies 0.5 * sum = 2 * mean: all-reduce SGD at twice the learning rate."""
+    expected = reference_mean_gradient(4, STEPS, optimizer=SGD(2 * LR))
+    for mine in final_params("ps:servers=2,scale=0.5"):
+        np.testing.assert_allclose(mine, expected, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("codec", ["fp16", "int8"])
 def test_compressed_sync_ps_keeps_every_replica_equal(codec: str) -> None:
     """Every worker, the servers' own included, applies the decoded mean gradient: the replicas stay identical."""
@@ -95,15 +102,16 @@ def test_async_bytes_per_step_are_one_padded_shard_per_other_server() -> None:
 
 
 def test_async_follows_the_downpour_rule_in_a_fixed_interleaving() -> None:
-    """Two ranks, one server (rank 0): rank 1 runs its steps first, then rank 0 (which computed its first gradient
-    at the start, before rank 1's updates): a sequential NumPy run of the same rule gives the same numbers."""
+    """Downpour as published (scale=1). Two ranks, one server (rank 0): rank 1 runs its steps first, then rank 0
+    (which computed its first gradient at the start, before rank 1's updates): a sequential NumPy run of the same
+    rule gives the same numbers."""
     x, y, shards, _ = task(2)
     first, second = 3, 4
     turn = threading.Event()
 
     def body(engine):
         model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank)
-        worker = Worker(model, make_strategy("ps:servers=1,mode=async"), engine).start()
+        worker = Worker(model, make_strategy("ps:servers=1,mode=async,scale=1"), engine).start()
         if engine.rank == 0:
             model.compute_gradients(*batch(x, y, shards[0], 0))  # at the start: stale once rank 1 has pushed
             turn.wait(30)
@@ -168,7 +176,7 @@ def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
 
 def test_the_options_are_read_back() -> None:
     assert type(make_strategy("ps")) is SyncPS and type(make_strategy("ps:mode=async")) is AsyncPS
-    for spec in ("ps:servers=2,mode=async,compress=int8", "ps:servers=none,mode=sync,compress=none"):
+    for spec in ("ps:servers=2,mode=async,scale=1,compress=int8", "ps:servers=none,mode=sync,scale=none,compress=none"):
         assert canonical_strategy(make_strategy(spec)) == spec
 
 
@@ -177,6 +185,7 @@ def test_the_options_are_read_back() -> None:
     [
         ("ps:servers=0", "ps servers must be a whole number >= 1, got 0; e.g. ps:servers=2"),
         ("ps:servers=1.5", "ps servers must be a whole number >= 1, got 1.5"),
+        ("ps:mode=async,scale=0", "ps scale must be a number > 0 \\(none: 1/N\\), got 0"),
         ("ps:mode=downpour", "ps mode must be 'sync' or 'async', got 'downpour'"),
         ("ps:compress=topk", "ps cannot send its vectors as topk"),
     ],

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class AsyncPS(ParameterServer):
-    """After its step a worker pushes d = x - x_pulled to every server (w_s <- w_s + d_s) and pulls x_s <- w_s."""
+    """After its step a worker pushes d = x - x_pulled to every server (w_s <- w_s + scale d_s), pulls x_s <- w_s."""
 
     lockstep = False
     synchronous = False
@@ -43,10 +43,10 @@ class AsyncPS(ParameterServer):
         self._service = open_service(ctx.engine, askers, width, ctx.layout.dtype, handler, self._codec, name="ps")
 
     def _answer(self, peer: int, update: np.ndarray, reply: np.ndarray) -> None:
-        """Server thread: w <- w + update (not a NaN/Inf one: refused), then reply with w."""
+        """Server thread: w <- w + scale update (not a NaN/Inf one: refused), then reply with w."""
         shard = self._shard
         if not refused(self._ctx, peer, update[: len(shard)], "updates"):
-            shard += update[: len(shard)]
+            shard += self._scale * update[: len(shard)]
         reply[: len(shard)] = shard
         reply[len(shard) :] = 0
 
@@ -60,7 +60,7 @@ class AsyncPS(ParameterServer):
             lo, hi = self._bounds[server]
             if server == self._own:
                 with self._service.lock:
-                    self._shard += self._delta[lo:hi]
+                    self._shard += self._scale * self._delta[lo:hi]
                     params[lo:hi] = self._shard
                 continue
             self._message[: hi - lo] = self._delta[lo:hi]
