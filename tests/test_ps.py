@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -92,8 +93,8 @@ def test_sync_bytes_per_step_a_worker_sends_one_gradient_a_server_carries_its_sh
         assert sent == received == steps * expected * ITEM, (rank, sent, received)
 
 
-def test_async_bytes_per_step_are_one_padded_shard_per_other_server() -> None:
-    width = max(hi - lo for lo, hi in shard_bounds(PARAMS, 2))
+def test_async_bytes_per_step_are_one_padded_shard_and_a_step_count_per_other_server() -> None:
+    width = max(hi - lo for lo, hi in shard_bounds(PARAMS, 2)) + 1  # and the step count
     steps = 5
     for rank, (sent, received) in enumerate(traffic("ps:servers=2,mode=async", steps)):
         asks = 2 - (rank < 2)  # servers it talks to over the wire; its own shard it updates in place
@@ -150,6 +151,37 @@ def test_async_follows_the_downpour_rule_in_a_fixed_interleaving() -> None:
     np.testing.assert_allclose(results[0], w, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("staleness", [0, 2, None])
+def test_staleness_holds_fast_workers_within_s_steps_of_the_slowest(staleness: int | None) -> None:
+    """Rank 3 computes 10 times as long: with staleness=s no worker ever ends a step more than s (+ 1, what the
+    test's own view of the slow rank lags) steps ahead of it; without a bound they run far ahead."""
+    x, y, shards, _ = task(4)
+    done = [0] * 4
+    gaps = [0] * 4
+    spec = "ps:servers=2,mode=async" + ("" if staleness is None else f",staleness={staleness}")
+
+    def body(engine):
+        model = SoftmaxRegression(FEATURES, CLASSES, seed=0)
+        worker = Worker(model, make_strategy(spec), engine).start()
+        for step in range(15):
+            model.compute_gradients(*batch(x, y, shards[engine.rank], step))
+            time.sleep(0.02 if engine.rank == 3 else 0.002)
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
+            done[engine.rank] = step + 1
+            gaps[engine.rank] = max(gaps[engine.rank], step + 1 - min(done))
+        worker.close()
+        return worker.metrics.wait_seconds
+
+    waits = LocalCluster(4, timeout=30).run(body)
+    if staleness is None:
+        assert max(gaps) >= 8, gaps
+    else:
+        assert max(gaps) <= staleness + 1, gaps
+        assert min(waits[:3]) > 0.05, waits  # the fast ranks did wait
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
     from fast_core.datasets import digits, shard_indices
@@ -176,7 +208,11 @@ def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
 
 def test_the_options_are_read_back() -> None:
     assert type(make_strategy("ps")) is SyncPS and type(make_strategy("ps:mode=async")) is AsyncPS
-    for spec in ("ps:servers=2,mode=async,scale=1,compress=int8", "ps:servers=none,mode=sync,scale=none,compress=none"):
+    for spec in (
+        "ps:servers=2,mode=async,scale=1,staleness=none,compress=int8",
+        "ps:servers=none,mode=sync,scale=none,staleness=none,compress=none",
+        "ps:servers=1,mode=async,scale=none,staleness=3,compress=none",
+    ):
         assert canonical_strategy(make_strategy(spec)) == spec
 
 
@@ -186,6 +222,9 @@ def test_the_options_are_read_back() -> None:
         ("ps:servers=0", "ps servers must be a whole number >= 1, got 0; e.g. ps:servers=2"),
         ("ps:servers=1.5", "ps servers must be a whole number >= 1, got 1.5"),
         ("ps:mode=async,scale=0", "ps scale must be a number > 0 \\(none: 1/N\\), got 0"),
+        ("ps:staleness=1", "ps staleness bounds the asynchronous mode; use ps:mode=async,staleness=S"),
+        ("ps:mode=async,staleness=-1", "ps staleness must be a whole number of steps >= 0"),
+        ("ps:mode=async,staleness=1,compress=fp16", "ps staleness cannot travel compressed"),
         ("ps:mode=downpour", "ps mode must be 'sync' or 'async', got 'downpour'"),
         ("ps:compress=topk", "ps cannot send its vectors as topk"),
     ],

@@ -79,6 +79,7 @@ STRATEGIES = [
     "ps:servers=2",  # victim 0 is a server: the survivors re-cut the shards from their average
     "ps:servers=2,mode=async",
     "ps:servers=4",  # 4 servers do not fit 3 survivors: 3 go on
+    "ps:servers=2,mode=async,staleness=2",
 ]
 
 

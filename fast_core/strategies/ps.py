@@ -26,6 +26,7 @@ carries the N - 1 other workers' shard s both ways, N / S times a worker's traff
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,6 +81,8 @@ class ParameterServer(Strategy, ChoosesVariant):
     of a step, so None, 1/N, is their mean; async: each update as it arrives, so None lets N pushes move the server
     as far as one all-reduce step, and a learning rate tuned for all-reduce fits; ``scale=1`` is Downpour as
     published, every worker's step counting whole: N times the step of all-reduce per round of pushes).
+    ``staleness=s`` (async only): a worker that finished step k waits until every worker has pushed step k - s
+    (stale synchronous parallel, Ho et al. 2013); None never waits.
     ``compress``: a dense codec ("fp16", "bf16", "int8") for both directions; every
     worker, the server's own included, applies what the others decode, so the replicas stay equal in sync mode.
     A lost rank (fault-tolerant job): the survivors re-cut the shards over the new group, each new server taking
@@ -91,12 +94,22 @@ class ParameterServer(Strategy, ChoosesVariant):
     synchronous = True  # the family's default; each variant declares its own
 
     def __new__(
-        cls, servers: int | None = None, mode: str = "sync", scale: float | None = None, compress: str | None = "none"
+        cls,
+        servers: int | None = None,
+        mode: str = "sync",
+        scale: float | None = None,
+        staleness: float | None = None,
+        compress: str | None = "none",
     ) -> ParameterServer:
         return super().__new__(cls._variant(_mode(mode)))
 
     def __init__(
-        self, servers: int | None = None, mode: str = "sync", scale: float | None = None, compress: str | None = "none"
+        self,
+        servers: int | None = None,
+        mode: str = "sync",
+        scale: float | None = None,
+        staleness: float | None = None,
+        compress: str | None = "none",
     ) -> None:
         if _mode(mode) != self.synchronous:
             own = "sync" if self.synchronous else "async"
@@ -108,6 +121,7 @@ class ParameterServer(Strategy, ChoosesVariant):
         self.servers = servers
         self.mode = str(mode)
         self.scale = scale
+        self.staleness = check_staleness(staleness, self.synchronous, compress)
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "ps")
         self._clamp = False
@@ -129,8 +143,22 @@ class ParameterServer(Strategy, ChoosesVariant):
     def __repr__(self) -> str:
         return (
             f"ParameterServer(servers={self.servers!r}, mode={self.mode!r}, scale={self.scale!r}, "
-            f"compress={self.compress!r})"
+            f"staleness={self.staleness!r}, compress={self.compress!r})"
         )
+
+
+def check_staleness(staleness: object, synchronous: bool, compress: object) -> int | None:
+    """A whole number of steps >= 0, or None (inf) for no bound; only asynchronous and uncompressed (the step
+    travels in the message's last value, which a codec would round)."""
+    if staleness is None or staleness == math.inf:
+        return None
+    if isinstance(staleness, bool) or not isinstance(staleness, int | float) or staleness < 0:
+        raise ConfigError(f"ps staleness must be a whole number of steps >= 0 (or none), got {staleness!r}")
+    if synchronous:
+        raise ConfigError("ps staleness bounds the asynchronous mode; use ps:mode=async,staleness=S")
+    if compress not in (None, "none"):
+        raise ConfigError(f"ps staleness cannot travel compressed (compress={compress}): give one or the other")
+    return int(staleness)
 
 
 def _mode(mode: object) -> bool:
