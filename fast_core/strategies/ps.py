@@ -83,8 +83,8 @@ class ParameterServer(Strategy, ChoosesVariant):
     published, every worker's step counting whole: N times the step of all-reduce per round of pushes).
     ``staleness=s`` (async only): a worker that finished step k waits until every worker has pushed step k - s
     (stale synchronous parallel, Ho et al. 2013); None never waits.
-    ``compress``: a dense codec ("fp16", "bf16", "int8") for both directions; every
-    worker, the server's own included, applies what the others decode, so the replicas stay equal in sync mode.
+    ``compress``: a dense codec ("fp16", "bf16", "int8") for both directions; every worker, the server's own
+    included, applies what the others decode, so the replicas stay equal in sync mode.
     A lost rank (fault-tolerant job): the survivors re-cut the shards over the new group, each new server taking
     its shard from the parameters the Worker left every survivor at (their average), so an async server's updates
     not yet pulled by any survivor are lost with it; ``servers`` shrinks to the group's size if it must.
