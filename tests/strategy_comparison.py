@@ -32,6 +32,8 @@ COMPARED = [
     "easgd:tau=4,synchronous=false",
     "gossip",
     "gossip:push,synchronous=false",
+    "ps:servers=2",
+    "ps:servers=2,mode=async",
 ]
 UNCOMPARED = ["fast:torus", "async:torus,remix_stale=true"]
 """Trained end to end through the adapter under MPI and printed, but NOT compared with all-reduce, because they do

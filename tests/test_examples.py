@@ -12,7 +12,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("strategy", ["dpsgd:ring", "allreduce"])
+@pytest.mark.parametrize("strategy", ["dpsgd:ring", "allreduce", "ps:servers=2", "ps:servers=2,mode=async"])
 def test_numpy_digits_example_learns_on_four_ranks(strategy: str) -> None:
     output = run_mpi(4, EXAMPLES / "numpy_digits.py", "--strategy", strategy, "--epochs", "8")
     accuracy = float(re.search(r"test accuracy of the averaged model: ([0-9.]+)", output).group(1))

@@ -26,6 +26,8 @@ ALL = [
     "gossip:push",
     "gossip:synchronous=false",
     "gossip:push,synchronous=false",
+    "ps",
+    "ps:mode=async",
 ]
 
 

@@ -37,7 +37,8 @@ def test_unknown_names_and_options_are_clear_errors() -> None:
 
 def test_uses_gradients_tells_adapters_which_strategies_need_the_gradient() -> None:
     needs = {name for name in STRATEGIES if make_strategy(name).uses_gradients}
-    assert needs == {"allreduce", "fast", "tracking"}
+    assert needs == {"allreduce", "fast", "tracking", "ps"}
+    assert not make_strategy("ps:mode=async").uses_gradients  # Downpour pushes the optimizer's update
     assert make_strategy("dpsgd:warmup=5").uses_gradients  # warm-up runs all-reduce
     assert not make_strategy("dpsgd:every=2").uses_gradients
     assert make_strategy("fast:every=2").uses_gradients

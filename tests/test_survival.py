@@ -76,6 +76,10 @@ STRATEGIES = [
     "easgd",
     "gossip:push,synchronous=false",
     "async:ring,warmup=8",
+    "ps:servers=2",  # victim 0 is a server: the survivors re-cut the shards from their average
+    "ps:servers=2,mode=async",
+    "ps:servers=4",  # 4 servers do not fit 3 survivors: 3 go on
+    "ps:servers=2,mode=async,staleness=2",
 ]
 
 

@@ -69,6 +69,20 @@ def steps_in_window(engine: Engine, strategy, slow_rank: int, slowdown: float, s
     return counts
 
 
+def reference_mean_gradient(size: int, steps: int, optimizer=None) -> np.ndarray:
+    """One model (rank 0's start) trained on the mean gradient of all ``size`` shards: what all-reduce and the
+    synchronous parameter server give every worker."""
+    x, y, shards, _ = task(size)
+    single = SoftmaxRegression(FEATURES, CLASSES, optimizer=optimizer or SGD(LR), seed=0)
+    for step in range(steps):
+        grads = []
+        for r in range(size):
+            single.compute_gradients(*batch(x, y, shards[r], step))
+            grads.append(single.grads().copy())
+        single.apply_gradient(np.mean(grads, axis=0))
+    return single.params().copy()
+
+
 def reference_dpsgd(size: int, topology: str, steps: int, sent=None) -> np.ndarray:
     """Dense-matrix NumPy simulation of D-PSGD: X <- W(k) X - lr * G(X), all workers from rank 0's start.
 

@@ -4,10 +4,10 @@ Three forms, told apart by ``optimizer=`` and by how many arguments the function
 
 - ``distributed(train_step, strategy)`` with ``train_step(params, opt_state, batch) -> (params, opt_state,
   metrics)``: the user's step runs unchanged, then the strategy mixes the new params on the host. Enough for
-  every strategy that exchanges parameters (dpsgd, async, adpsgd, easgd, sgp, gossip, localsgd).
+  every strategy that exchanges parameters (dpsgd, async, adpsgd, easgd, sgp, gossip, localsgd, ps:mode=async).
 - ``distributed(grad_step, strategy, optimizer=opt)`` with ``grad_step(params, batch) -> (grads, metrics)``:
   fast_jax applies the gradient through ``opt`` (one jitted optax update) after the strategy saw it, so strategies
-  that exchange gradients (all-reduce, FAST) can average or add to them. It returns a step with the same
+  that exchange gradients (all-reduce, FAST, synchronous ps) can average or add to them. It returns a step with the same
   ``(params, opt_state, batch) -> (params, opt_state, metrics)`` signature and works for every strategy.
 - ``distributed(train_step, strategy)`` with ``train_step(state, batch) -> (state, metrics)`` (two arguments, no
   optimizer): a Flax ``TrainState`` (or any pytree state), ``state, metrics = step(state, batch)``. Under

@@ -1,7 +1,8 @@
 """The training strategies, each written once against the narrow StepContext and the engine protocol.
 
 FAST, Gossip and EASGD each name a family: the constructor builds the synchronous or the asynchronous class
-(``SyncFAST``/``AsyncFAST``, ``SyncGossip``/``AsyncGossip``, ``SyncEASGD``/``AsyncEASGD`` under EASGD's ``Every``).
+(``SyncFAST``/``AsyncFAST``, ``SyncGossip``/``AsyncGossip``, ``SyncEASGD``/``AsyncEASGD`` under EASGD's ``Every``);
+the parameter server ``ParameterServer`` builds ``SyncPS`` or ``AsyncPS`` from its ``mode``.
 """
 
 from .adpsgd import ADPSGD
@@ -19,6 +20,8 @@ from .fast_async import AsyncFAST
 from .gossip import Gossip, SyncGossip
 from .gossip_async import AsyncGossip
 from .local_sgd import LocalSGD, ParameterAverage
+from .ps import ParameterServer, SyncPS
+from .ps_async import AsyncPS
 from .sgp import SGP
 from .spec import STRATEGIES, make_strategy, parse_strategy
 from .tracking import GradientTracking
@@ -36,17 +39,20 @@ __all__ = [
     "AsyncEASGD",
     "AsyncFAST",
     "AsyncGossip",
+    "AsyncPS",
     "DiLoCo",
     "Every",
     "Gossip",
     "GradientTracking",
     "LocalSGD",
     "ParameterAverage",
+    "ParameterServer",
     "Schedule",
     "Strategy",
     "SyncEASGD",
     "SyncFAST",
     "SyncGossip",
+    "SyncPS",
     "make_strategy",
     "parse_strategy",
     "warmup",

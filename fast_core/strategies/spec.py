@@ -1,5 +1,5 @@
 """Strategies by short string: "allreduce", "dpsgd:ring", "dpsgd:torus,weights=metropolis", "localsgd:period=8",
-"diloco:period=100".
+"diloco:period=100", "ps:servers=2,mode=async".
 
 The form is ``name[:item,item,...]``; an item ``key=value`` sets an option, a bare item is the topology (or the
 option a strategy names in ``bare_option``, e.g. gossip's variant: "gossip:push"). Two keys
@@ -35,6 +35,7 @@ from .easgd import EASGD
 from .fast import FAST
 from .gossip import Gossip
 from .local_sgd import LocalSGD
+from .ps import ParameterServer
 from .sgp import SGP
 from .tracking import GradientTracking
 
@@ -51,6 +52,7 @@ STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "easgd": EASGD,
     "sgp": SGP,
     "gossip": Gossip,
+    "ps": ParameterServer,
 }
 
 COMPOSITION_KEYS = ("every", "warmup")

@@ -19,6 +19,8 @@ class Tag(IntEnum):
     GOSSIP = 43  # synchronous gossip
     RING = 45  # the compressed ring all-reduce's chunks (allreduce:compress=...)
     PSEUDO_GRADIENTS = 47  # decentralized DiLoCo's outer round
+    PS_PUSH = 49  # synchronous parameter server: a worker's gradient shard to its server
+    PS_PULL = 51  # synchronous parameter server: the averaged shard back to every worker
 
 
 class MailboxTag(IntEnum):
