@@ -1,5 +1,6 @@
 """The `fast` command: ``fast run`` (N workers, no mpiexec flags), ``fast bench`` (strategies side by side),
-``fast topology`` (neighbours, spectral gap, a drawing). One module per subcommand; errors a user can fix print one
+``fast topology`` (neighbours, spectral gap, a drawing), ``fast simulate`` (hundreds of virtual workers on virtual
+time). One module per subcommand; errors a user can fix print one
 line and exit with status 2, without a traceback."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigError
-from . import bench, run, topology
+from . import bench, run, simulate, topology
 from .common import CLIError
 
 
@@ -19,8 +20,8 @@ def parser() -> argparse.ArgumentParser:
         description="FAST: decentralized data-parallel training. Run a script on N workers, compare strategies, "
         "inspect topologies.",
     )
-    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology}")
-    for command in (run, bench, topology):
+    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology,simulate}")
+    for command in (run, bench, topology, simulate):
         command.add_parser(subparsers)
     return top
 

@@ -14,20 +14,25 @@ over-fitting, not the strategies. Every strategy sees the same data in the same 
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..config import RunConfig
 from ..datasets import digits, train_test_split
+from ..engine import Engine
+from ..engine.local import LocalCluster
 from ..numpy_model import MLP, SGD, FlatModel, SoftmaxRegression
 from ..worker import Worker
 from .engine import SimCluster, SimEngine
 from .links import LinkModel
 from .speeds import ComputeTimes
 
-__all__ = ["CurvePoint", "Simulation", "SimulationResult", "simulate"]
+__all__ = ["CurvePoint", "Simulation", "SimulationResult", "run_threads", "simulate"]
 
 
 @dataclass
@@ -92,66 +97,108 @@ def _make_model(kind: str, features: int, lr: float, seed: int) -> FlatModel:
     raise ValueError(f"unknown simulated model {kind!r}; use mlp or softmax")
 
 
-def simulate(setup: Simulation) -> SimulationResult:
-    """Run the job on virtual time; deterministic for ``setup.seed``."""
-    x, y = digits()
-    x_train, y_train, x_test, y_test = train_test_split(x, y, test_fraction=0.2, seed=0)
-    n = setup.workers
-    models = [_make_model(setup.model, x.shape[1], setup.lr, setup.seed + rank) for rank in range(n)]
-    cluster = SimCluster(n, setup.links)
-    steps_done = np.zeros(n, dtype=np.int64)
-    finished = np.zeros(n, dtype=bool)
-    curve: list[CurvePoint] = []
-    config = RunConfig()  # never the launcher's environment: no run folder, no straggler, no budget of a real job
+class _Job:
+    """One job's data, models and progress, shared by its workers (threads of this process) and its monitor."""
 
-    ends = np.zeros(n)
-    claimed = np.zeros(n, dtype=np.int64)
-    budget = setup.steps * n  # asynchronous strategies share it: a faster worker takes more of it
+    def __init__(self, setup: Simulation) -> None:
+        x, y = digits()
+        self.x_train, self.y_train, self.x_test, self.y_test = train_test_split(x, y, test_fraction=0.2, seed=0)
+        n = setup.workers
+        self.setup = setup
+        self.models = [_make_model(setup.model, x.shape[1], setup.lr, setup.seed + rank) for rank in range(n)]
+        self.steps_done = np.zeros(n, dtype=np.int64)
+        self.claimed = np.zeros(n, dtype=np.int64)
+        self.budget = setup.steps * n  # asynchronous strategies share it: a faster worker takes more of it
+        self.ends = np.zeros(n)
+        self.finished = np.zeros(n, dtype=bool)
+        self.curve: list[CurvePoint] = []
+        self.bytes_sent = np.zeros(n)
+        self.compute = dataclasses.replace(setup.compute)  # fresh random streams: each run draws the same times
+        self.every = setup.eval_every or setup.steps * setup.compute.step_seconds / 40
 
-    def evaluate(at: float) -> None:
-        params = np.stack([model.params() for model in models])
+    def evaluate(self, at: float) -> None:
+        params = np.stack([model.params() for model in self.models])
         mean = params.mean(axis=0)
         spread = float(np.mean(np.sum((params - mean) ** 2, axis=1)))
-        curve.append(CurvePoint(at, models[0].accuracy(x_test, y_test, mean), spread, steps_done.mean()))
+        accuracy = self.models[0].accuracy(self.x_test, self.y_test, mean)
+        self.curve.append(CurvePoint(at, accuracy, spread, float(self.steps_done.mean())))
 
-    every = setup.eval_every or setup.steps * setup.compute.step_seconds / 20
-
-    def monitor() -> None:
-        if finished.all():
-            return
-        evaluate(cluster.now)
-        cluster.scheduler.at(cluster.now + every, monitor)
-
-    def worker_loop(engine: SimEngine) -> None:
-        rank = engine.rank
-        model = models[rank]
+    def train(self, engine: Engine, compute: Callable[[float], None], clock: Callable[[], float]) -> None:
+        """One worker: the loop of examples/numpy_digits.py, with ``compute`` spending each step's compute time."""
+        setup, rank = self.setup, engine.rank
+        model = self.models[rank]
         rng = np.random.default_rng([setup.seed, rank, 11])
+        config = RunConfig()  # never the launcher's environment: no run folder, straggler or budget of a real job
         worker = Worker(model, setup.strategy, engine, config=config).start()
-        if rank == 0:
-            cluster.scheduler.at(cluster.now, monitor)
         lockstep = worker.strategy.lockstep
-        while steps_done[rank] < setup.steps if lockstep else claimed.sum() < budget:
-            claimed[rank] += 1
-            chosen = rng.integers(0, len(y_train), setup.batch_size)
-            model.compute_gradients(x_train[chosen], y_train[chosen])
-            engine.compute(setup.compute.draw(rank))
+        while self.steps_done[rank] < setup.steps if lockstep else self.claimed.sum() < self.budget:
+            self.claimed[rank] += 1
+            chosen = rng.integers(0, len(self.y_train), setup.batch_size)
+            model.compute_gradients(self.x_train[chosen], self.y_train[chosen])
+            compute(self.compute.draw(rank))
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            steps_done[rank] += 1
+            self.steps_done[rank] += 1
         worker.close()
-        ends[rank] = cluster.now
-        finished[rank] = True
+        self.ends[rank] = clock()
+        self.finished[rank] = True
+        self.bytes_sent[rank] = worker.metrics.bytes_sent
+
+    def result(self, finish: float, started: float, events: int) -> SimulationResult:
+        return SimulationResult(
+            setup=self.setup,
+            curve=self.curve,
+            finish=finish,
+            bytes_per_worker_step=float(self.bytes_sent.sum() / max(1, self.steps_done.sum())),
+            wall_seconds=time.perf_counter() - started,
+            events=events,
+        )
+
+
+def simulate(setup: Simulation) -> SimulationResult:
+    """Run the job on virtual time; deterministic for ``setup.seed``."""
+    job = _Job(setup)
+    cluster = SimCluster(setup.workers, setup.links)
+
+    def monitor() -> None:
+        if not job.finished.all():
+            job.evaluate(cluster.now)
+            cluster.scheduler.at(cluster.now + job.every, monitor)
+
+    def worker_loop(engine: SimEngine) -> None:
+        if engine.rank == 0:
+            cluster.scheduler.at(cluster.now, monitor)
+        job.train(engine, engine.compute, lambda: cluster.now)
 
     started = time.perf_counter()
     cluster.run(worker_loop)
-    finish = float(ends.max())
-    evaluate(finish)
-    return SimulationResult(
-        setup=setup,
-        curve=curve,
-        finish=finish,
-        bytes_per_worker_step=float(cluster.bytes_sent.sum() / max(1, steps_done.sum())),
-        wall_seconds=time.perf_counter() - started,
-        events=cluster.scheduler.events,
-    )
+    finish = float(job.ends.max())
+    job.evaluate(finish)
+    return job.result(finish, started, cluster.scheduler.events)
+
+
+def run_threads(setup: Simulation) -> SimulationResult:
+    """The same job on real threads and the wall clock (LocalCluster; compute times slept, ``setup.links`` unused:
+    messages take what in-process copies take): what the simulator is checked against."""
+    job = _Job(setup)
+    origin = time.monotonic()
+    clock = lambda: time.monotonic() - origin  # noqa: E731 - one expression, named for reading
+    stop = threading.Event()
+
+    def monitor() -> None:
+        while not stop.wait(job.every):
+            job.evaluate(clock())
+
+    watcher = threading.Thread(target=monitor, daemon=True)
+    started = time.perf_counter()
+    job.evaluate(0.0)
+    watcher.start()
+    try:
+        LocalCluster(setup.workers, timeout=120).run(lambda engine: job.train(engine, time.sleep, clock))
+    finally:
+        stop.set()
+        watcher.join()
+    finish = float(job.ends.max())
+    job.evaluate(finish)
+    return job.result(finish, started, 0)
