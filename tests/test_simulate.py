@@ -50,18 +50,21 @@ def test_messages_into_one_link_queue_one_after_another() -> None:
     assert times == pytest.approx([0.002, 0.003, 0.004])
 
 
-def test_allreduce_sums_and_costs_a_ring() -> None:
+@pytest.mark.parametrize(
+    ("algorithm", "seconds"),
+    [("ring", 2 * 3 * (1e-3 + 2000 / 4 / 1e6)), ("halving", 2 * 2 * 1e-3 + 2 * 3 / 4 * 2000 / 1e6)],
+)
+def test_allreduce_sums_and_costs_its_algorithm(algorithm: str, seconds: float) -> None:
     def body(engine):
         engine.compute(0.1 * engine.rank)  # the last rank joins at 0.3
         buf = np.arange(250, dtype=np.float64) * (engine.rank + 1)
         engine.allreduce(buf)
         return buf, engine.now
 
-    results = SimCluster(4, LINKS).run(body)
-    ring = 2 * 3 * (1e-3 + 2000 / 4 / 1e6)
+    results = SimCluster(4, LinkModel(1e6, 1e-3, allreduce=algorithm)).run(body)
     for buf, now in results:
         np.testing.assert_array_equal(buf, np.arange(250) * 10.0)
-        assert now == pytest.approx(0.3 + ring)
+        assert now == pytest.approx(0.3 + seconds)
 
 
 def test_a_wait_nothing_can_complete_names_the_rank_instead_of_hanging() -> None:

@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--model", choices=("mlp", "softmax"), default="mlp")
     parser.add_argument("--bandwidth", default="1gbit", help="each worker's link, each way (tc style: 100mbit, 1gbit)")
     parser.add_argument("--latency", type=float, default=50e-6, help="one-way latency per message, seconds")
+    parser.add_argument("--allreduce", choices=("halving", "ring"), default="halving", help="all-reduce algorithm")
     parser.add_argument("--switch", help="bandwidth of a switch all messages share (default: non-blocking)")
     parser.add_argument("--compute", type=float, default=0.01, help="seconds of compute per step (the median worker)")
     parser.add_argument("--machine-spread", type=float, default=0.0, help="lognormal sigma of machine speeds")
@@ -110,9 +111,8 @@ def setups(args: argparse.Namespace) -> list[Simulation]:
         raise CLIError(f"-n {args.workers!r}: write worker counts separated by commas, e.g. 8,32,128") from None
     if any(n < 1 for n in counts):
         raise CLIError(f"-n {args.workers!r}: every worker count must be >= 1")
-    links = LinkModel(
-        parse_rate(args.bandwidth), args.latency, None if args.switch is None else parse_rate(args.switch)
-    )
+    switch = None if args.switch is None else parse_rate(args.switch)
+    links = LinkModel(parse_rate(args.bandwidth), args.latency, switch, allreduce=args.allreduce)
     jobs = []
     for n in counts:
         compute = ComputeTimes(

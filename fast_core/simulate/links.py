@@ -9,8 +9,9 @@ served in the order messages are sent, not re-sorted by arrival: a simplificatio
 fixed when it is sent.
 
 Collectives are costed as their usual algorithms over these links, without queueing behind point-to-point
-messages: a ring all-reduce 2(N-1)(latency + S/(N bandwidth)), a binomial-tree broadcast ceil(log2 N)(latency +
-S/bandwidth), a barrier 2 ceil(log2 N) latency (fast_core.perfmodel writes the same formulas for predictions).
+messages: an all-reduce by recursive halving and doubling (MPI's algorithm for large messages) 2 ceil(log2 N)
+latency + 2 (N-1)/N S/bandwidth, or by a ring 2(N-1)(latency + S/(N bandwidth)); a binomial-tree broadcast
+ceil(log2 N)(latency + S/bandwidth); a barrier 2 ceil(log2 N) latency.
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ class LinkModel:
     """Shared by every message of the job (None: a non-blocking switch)."""
     per_rank: dict[int, float] = field(default_factory=dict)
     """Ranks whose link has another bandwidth (a host on a slow link)."""
+    allreduce: str = "halving"
+    """How an all-reduce is costed: "halving" (MPI's large-message algorithm; FAST's ``allreduce`` strategy calls
+    MPI_Allreduce) or "ring"."""
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0:
             raise ConfigError(f"links need bandwidth > 0 and latency >= 0, got {self.bandwidth} and {self.latency}")
         if self.switch_bandwidth is not None and not self.switch_bandwidth > 0:
             raise ConfigError(f"switch bandwidth must be > 0 (or None), got {self.switch_bandwidth}")
+        if self.allreduce not in ("halving", "ring"):
+            raise ConfigError(f"all-reduce algorithm {self.allreduce!r} is not modelled; use halving or ring")
 
     def rate(self, rank: int) -> float:
         return self.per_rank.get(rank, self.bandwidth)
@@ -66,10 +72,14 @@ class LinkModel:
         return min(self.rate(r) for r in range(size))
 
     def allreduce_seconds(self, nbytes: int, size: int) -> float:
-        """Ring all-reduce: 2(N-1) steps of a 1/N chunk each, paced by the slowest link."""
+        """"halving": Rabenseifner's reduce-scatter by recursive halving then all-gather by doubling, MPICH's
+        choice for large messages, 2 ceil(log2 N) latencies; "ring": 2(N-1) steps of a 1/N chunk (NCCL, Horovod,
+        Baidu), 2(N-1) latencies. Both move 2(N-1)/N of the buffer over the slowest link."""
         if size == 1:
             return 0.0
-        return 2 * (size - 1) * (self.latency + nbytes / size / self.slowest(size))
+        volume = 2 * (size - 1) / size * nbytes / self.slowest(size)
+        steps = 2 * math.ceil(math.log2(size)) if self.allreduce == "halving" else 2 * (size - 1)
+        return steps * self.latency + volume
 
     def broadcast_seconds(self, nbytes: int, size: int) -> float:
         if size == 1:
