@@ -1,6 +1,6 @@
 """The `fast` command: ``fast run`` (N workers, no mpiexec flags), ``fast bench`` (strategies side by side),
 ``fast topology`` (neighbours, spectral gap, a drawing), ``fast simulate`` (hundreds of virtual workers on virtual
-time). One module per subcommand; errors a user can fix print one
+time), ``fast model`` (predicted step time per strategy). One module per subcommand; errors a user can fix print one
 line and exit with status 2, without a traceback."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigError
-from . import bench, run, simulate, topology
+from . import bench, model, run, simulate, topology
 from .common import CLIError
 
 
@@ -20,8 +20,8 @@ def parser() -> argparse.ArgumentParser:
         description="FAST: decentralized data-parallel training. Run a script on N workers, compare strategies, "
         "inspect topologies.",
     )
-    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology,simulate}")
-    for command in (run, bench, topology, simulate):
+    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology,simulate,model}")
+    for command in (run, bench, topology, simulate, model):
         command.add_parser(subparsers)
     return top
 

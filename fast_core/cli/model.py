@@ -1,0 +1,141 @@
+"""``fast model --layers dense:64x512,dense:512x10 -n 16 --batch 64``: predicted step time of each strategy.
+
+``--calibrate`` measures this machine first (and ``--machine FILE`` keeps or reuses the figures); ``--sweep OUT``
+draws Castello et al.'s five sweeps (batch size, node flop rate, memory bandwidth, link bandwidth, cluster size)
+as a PNG of predicted step time per strategy, with the numbers in a CSV beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+from pathlib import Path
+
+from ..perfmodel import Machine, Prediction, parse_layers, predict
+from ..perfmodel.layers import parameter_count
+from ..simulate import parse_rate
+from .common import positive, say
+
+DEFAULT = "allreduce,dpsgd:ring,async:torus,ps,localsgd:period=8,easgd"
+SWEEPS = {  # axis: (label, values as factors of the base, or absolute for size and batch)
+    "batch": ("samples per rank per step", [8, 16, 32, 64, 128, 256, 512]),
+    "peak_flops": ("node flop rate (x the base)", [0.25, 0.5, 1, 2, 4, 8]),
+    "memory_bandwidth": ("memory bandwidth (x the base)", [0.25, 0.5, 1, 2, 4, 8]),
+    "bandwidth": ("link bandwidth (x the base)", [0.01, 0.1, 0.25, 1, 4, 10]),
+    "size": ("ranks", [2, 4, 8, 16, 32, 64, 128, 256]),
+}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "model",
+        help="predict each strategy's step time from a model's layers and the machine",
+        description="Predict the time of one training step per strategy (Castello et al. 2021's analytical "
+        "model): compute from the layers' flops and bytes (roofline), communication from link latency and "
+        "bandwidth per strategy. --calibrate measures this machine first.",
+    )
+    parser.add_argument("--layers", default="dense:64x512,dense:512x10", help="dense:INxOUT,... or conv2d:CxKxk@HxW")
+    parser.add_argument("-n", "--np", dest="size", type=positive, default=16, help="ranks")
+    parser.add_argument("--batch", type=positive, default=64, help="samples per rank per step")
+    parser.add_argument("--strategies", default=DEFAULT, help=f"comma-separated (default {DEFAULT})")
+    parser.add_argument("--ranks-per-machine", type=positive, help="ranks sharing one machine's cores (default: 1)")
+    parser.add_argument("--calibrate", action="store_true", help="measure this machine (a few seconds)")
+    parser.add_argument("--machine", type=Path, help="a machine file: written by --calibrate, read otherwise")
+    parser.add_argument("--bandwidth", help="override the link bandwidth (tc style: 100mbit, 10gbit)")
+    parser.add_argument("--latency", type=float, help="override the one-way latency (seconds)")
+    parser.add_argument("--dtype-bytes", type=int, choices=(2, 4, 8), help="bytes per parameter (default 8)")
+    parser.add_argument("--allreduce", choices=("halving", "ring"), default="halving")
+    parser.add_argument("--sweep", type=Path, metavar="OUT.png", help="draw the five sweeps (and OUT.csv)")
+    parser.set_defaults(handler=main)
+
+
+def machine_from(args: argparse.Namespace) -> Machine:
+    if args.calibrate:
+        from ..perfmodel.calibrate import calibrate
+
+        machine = calibrate()
+        if args.machine is not None:
+            machine.save(args.machine)
+            say(f"wrote {args.machine}")
+    elif args.machine is not None:
+        machine = Machine.load(args.machine)
+    else:
+        machine = Machine()
+        say("no --machine or --calibrate: using default figures (1e11 flop/s, 10 GB/s, 1 Gbit/s links, 50 us)")
+    changes = {}
+    if args.bandwidth:
+        changes["bandwidth"] = parse_rate(args.bandwidth)
+    if args.latency is not None:
+        changes["latency"] = args.latency
+    if args.dtype_bytes:
+        changes["dtype_bytes"] = args.dtype_bytes
+    return dataclasses.replace(machine, **changes)
+
+
+def predictions(args: argparse.Namespace, machine: Machine, size: int, batch: int) -> list[Prediction]:
+    layers = parse_layers(args.layers)
+    return [
+        predict(s, layers, batch, size, machine, args.allreduce, args.ranks_per_machine or 1)
+        for s in args.strategies.split(",")
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    machine = machine_from(args)
+    layers = parse_layers(args.layers)
+    rows = predictions(args, machine, args.size, args.batch)
+    count = parameter_count(layers)
+    print(f"{args.size} ranks, {count:,} parameters ({count * machine.dtype_bytes / 1e6:.2f} MB), batch {args.batch}")
+    print(
+        f"machine: {machine.peak_flops / 1e9:.1f} Gflop/s, {machine.memory_bandwidth / 1e9:.1f} GB/s, links "
+        f"{machine.bandwidth * 8 / 1e9:.3g} Gbit/s and {machine.latency * 1e6:.3g} us ({machine.measured})"
+    )
+    print(f"{'strategy':<24} {'compute ms':>11} {'comm ms':>9} {'step ms':>9}")
+    for p in rows:
+        print(f"{p.strategy:<24} {p.compute * 1e3:>11.3f} {p.communication * 1e3:>9.3f} {p.step * 1e3:>9.3f}")
+    best = min(rows, key=lambda p: p.step)
+    print(f"fastest: {best.strategy}")
+    if args.sweep is not None:
+        sweep(args, machine, args.sweep)
+        say(f"wrote {args.sweep} and {args.sweep.with_suffix('.csv')}")
+    return 0
+
+
+def sweep(args: argparse.Namespace, machine: Machine, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    strategies = args.strategies.split(",")
+    fig, axes = plt.subplots(1, len(SWEEPS), figsize=(4 * len(SWEEPS), 3.5))
+    table = []
+    for ax, (axis, (label, values)) in zip(axes, SWEEPS.items(), strict=True):
+        curves: dict[str, list[float]] = {s: [] for s in strategies}
+        for value in values:
+            size, batch, changed = args.size, args.batch, machine
+            if axis == "size":
+                size = int(value)
+            elif axis == "batch":
+                batch = int(value)
+            else:
+                changed = dataclasses.replace(machine, **{axis: getattr(machine, axis) * value})
+            for p in predictions(args, changed, size, batch):
+                curves[p.strategy].append(p.step)
+                table.append([axis, value, p.strategy, p.compute, p.communication, p.step])
+        for strategy, steps in curves.items():
+            ax.plot(values, [s * 1e3 for s in steps], marker="o", label=strategy)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("predicted ms per step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    with out.with_suffix(".csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["axis", "value", "strategy", "compute_s", "communication_s", "step_s"])
+        writer.writerows(table)

@@ -1,0 +1,18 @@
+"""``fast model``: predicted time of a training step per strategy, from a model's layers and a machine's figures
+(Castello et al. 2021's analytical approach), calibrated by a short measurement of the machine at hand."""
+
+from .layers import Layer, conv2d, dense, parse_layers, step_compute_seconds
+from .machine import Machine
+from .predict import MODELLED, Prediction, predict
+
+__all__ = [
+    "MODELLED",
+    "Layer",
+    "Machine",
+    "Prediction",
+    "conv2d",
+    "dense",
+    "parse_layers",
+    "predict",
+    "step_compute_seconds",
+]

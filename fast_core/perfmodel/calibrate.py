@@ -1,0 +1,145 @@
+"""``fast model --calibrate``: the machine's figures, measured in a few seconds rather than taken from a data sheet.
+
+- peak flop rate: a float64 GEMM of 256 x 256 matrices in NumPy (one core: OMP_NUM_THREADS as set);
+- memory bandwidth: a 32 MB ``np.copyto`` (read and write counted);
+- link latency and bandwidth: a ping-pong of 8 bytes and 4 MB between two ranks over FAST's MPI engine under the
+  ``mpiexec`` next to this Python (the ranks of a job on this machine talk that way), or, where there is none,
+  between two threads of this process (LocalCluster; said in ``Machine.measured``);
+- the framework's own time per step: the same two ranks training a 2-parameter model with all-reduce (the hooks,
+  Python, and the ranks meeting once a step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .machine import Machine
+
+__all__ = ["calibrate", "ping_pong"]
+
+_SIZES = (8, 4 << 20)
+
+
+def _best(run: Callable[[], None], repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed runs (what the hardware can do, not what the neighbours left)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gemm_rate(n: int = 256) -> float:
+    a, b = np.random.default_rng(0).random((2, n, n))
+    return 2 * n**3 / _best(lambda: a @ b)
+
+
+def copy_rate(nbytes: int = 32 << 20) -> float:
+    source, target = np.ones(nbytes // 8), np.empty(nbytes // 8)
+    return 2 * nbytes / _best(lambda: np.copyto(target, source))
+
+
+def step_overhead(engine, steps: int = 300) -> float:
+    """Seconds of a Worker's step of a 2-parameter model under a lockstep strategy: the hooks, Python and the ranks
+    meeting once a step (a tiny all-reduce), what a step costs beyond its flops and its bytes."""
+    from ..config import RunConfig
+    from ..numpy_model import SoftmaxRegression
+    from ..worker import Worker
+
+    def body(engine) -> float:
+        model = SoftmaxRegression(1, 2)
+        worker = Worker(model, "allreduce", engine, config=RunConfig()).start()
+        x, y = np.ones((1, 1)), np.zeros(1, dtype=np.int64)
+
+        def loop() -> None:
+            for _ in range(steps):
+                model.compute_gradients(x, y)
+                worker.before_step()
+                model.optimizer_step()
+                worker.after_step()
+
+        seconds = _best(loop, 3) / steps
+        worker.close()
+        return seconds
+
+    return body(engine)
+
+
+def _measure(engine) -> dict[str, float]:
+    """Both ranks' part: the ping-pong, then the step overhead."""
+    found = {str(size): seconds for size, seconds in ping_pong(engine).items()}
+    found["overhead"] = step_overhead(engine)
+    return found
+
+
+def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
+    """Half the best round trip of each size between ranks 0 and 1 (both must call it)."""
+    found = {}
+    for size in _SIZES:
+        buf = np.zeros(size, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(repeats):
+            engine.barrier()
+            start = time.perf_counter()
+            if engine.rank == 0:
+                engine.wait(engine.isend(buf, 1))
+                engine.wait(engine.irecv(buf, 1))
+            else:
+                engine.wait(engine.irecv(buf, 0))
+                engine.wait(engine.isend(buf, 0))
+            best = min(best, time.perf_counter() - start)
+        found[size] = best / 2
+    return found
+
+
+def _links_from(found: dict[str, float]) -> tuple[float, float, float]:
+    small, large = _SIZES
+    latency = found[str(small)]
+    return latency, (large - small) / max(found[str(large)] - latency, 1e-12), found["overhead"]
+
+
+def measure_pair() -> tuple[float, float, float, str]:
+    """Latency, bandwidth and step overhead between two ranks, and how they were measured."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    if mpiexec is not None:
+        command = [mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fast_core.perfmodel.calibrate"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            return (*_links_from(json.loads(done.stdout.strip().splitlines()[-1])), "2 MPI ranks under mpiexec")
+    from ..engine.local import LocalCluster
+
+    return (*_links_from(LocalCluster(2).run(_measure)[0]), "2 threads of one process (no mpiexec found)")
+
+
+def calibrate(dtype_bytes: int = 8) -> Machine:
+    latency, bandwidth, overhead, how = measure_pair()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return Machine(
+        peak_flops=gemm_rate(),
+        memory_bandwidth=copy_rate(),
+        latency=latency,
+        bandwidth=bandwidth,
+        step_overhead=overhead,
+        cores=cores,
+        dtype_bytes=dtype_bytes,
+        measured=f"fast model --calibrate on {time.strftime('%Y-%m-%d')}: links between {how}",
+    )
+
+
+if __name__ == "__main__":  # one rank of measure_links' ping-pong
+    from ..engine.mpi import MPIEngine
+
+    engine = MPIEngine()
+    measured = _measure(engine)
+    if engine.rank == 0:
+        print(json.dumps(measured))
