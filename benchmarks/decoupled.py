@@ -183,12 +183,14 @@ def predicted(costs: dict[str, float], layout: str) -> float | None:
     """The cost model's speed-up of ``layout`` over plain data parallelism (1x4)."""
     if layout == "gpipe" or "w" in layout or costs is None:
         return None
+    from fast_core.perfmodel.pipeline import StageTerms, data_parallel_step, decoupled_tick
+
     stages = int(layout.split("x")[0])
     if stages == 1:
         return 1.0
     update = costs["U"] * costs[f"P_K{stages}"]  # the optimizer's step over the slowest stage's parameters
-    tick = costs[f"C_K{stages}"] + costs[f"A_K{stages}"] + 2 * costs[f"S_K{stages}"] + update
-    return (costs["C"] + costs["A"] + costs["U"]) / tick
+    tick = decoupled_tick(StageTerms(costs[f"C_K{stages}"], costs[f"A_K{stages}"], costs[f"S_K{stages}"], update))
+    return data_parallel_step(costs["C"], costs["A"], costs["U"]) / tick
 
 
 def launch(args: argparse.Namespace, layout: str) -> dict:

@@ -100,3 +100,17 @@ def test_calibration_measures_positive_figures_in_process() -> None:
     latency, bandwidth, overhead = _links_from(LocalCluster(2, timeout=30).run(_measure)[0])
     assert 0 < latency < 0.1 and bandwidth > 1e6 and 0 < overhead < 0.1
     assert gemm_rate(64) > 1e6 and copy_rate(1 << 20) > 1e6
+
+
+def test_pipeline_layouts_against_hand_numbers() -> None:
+    from fast_core.perfmodel.pipeline import StageTerms, decoupled_tick, gpipe_step, pipeline_terms, split_by_flops
+
+    stage = StageTerms(compute=4.0, allreduce=1.0, message=0.5, update=0.25)
+    assert decoupled_tick(stage) == 4.0 + 1.0 + 2 * 0.5 + 0.25
+    assert gpipe_step(stage, stages=4, micro_batches=4) == 7 * (4.0 + 1.0) / 4 + 1.0 + 0.25
+    layers = [dense(10, 10)] * 3 + [dense(10, 40)]
+    assert [len(part) for part in split_by_flops(layers, 2)] == [3, 1]  # 600 flops against 800
+    terms = pipeline_terms(layers, 8, 4, 2, MACHINE)  # the slowest stage: the 10x40 layer, 2 replicas
+    assert terms.allreduce == pytest.approx(2 * 1e-3 + 2 * 1 / 2 * 440 * 4 / 1e6)
+    assert terms.message == pytest.approx(1e-3 + 8 * 40 * 4 / 1e6)
+    assert terms.update == pytest.approx(3 * 440 * 4 / 1e9)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ..perfmodel import Machine, Prediction, parse_layers, predict
 from ..perfmodel.layers import parameter_count
+from ..perfmodel.pipeline import decoupled_tick, gpipe_step, pipeline_terms
 from ..simulate import parse_rate
-from .common import positive, say
+from .common import CLIError, positive, say
 
 DEFAULT = "allreduce,dpsgd:ring,async:torus,ps,localsgd:period=8,easgd"
 SWEEPS = {  # axis: (label, values as factors of the base, or absolute for size and batch)
@@ -46,6 +47,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--latency", type=float, help="override the one-way latency (seconds)")
     parser.add_argument("--dtype-bytes", type=int, choices=(2, 4, 8), help="bytes per parameter (default 8)")
     parser.add_argument("--allreduce", choices=("halving", "ring"), default="halving")
+    parser.add_argument(
+        "--stages", default="", help="pipeline layouts of K stages too, comma-separated (2,4): decoupled and GPipe"
+    )
     parser.add_argument("--sweep", type=Path, metavar="OUT.png", help="draw the five sweeps (and OUT.csv)")
     parser.set_defaults(handler=main)
 
@@ -94,12 +98,29 @@ def main(args: argparse.Namespace) -> int:
     print(f"{'strategy':<24} {'compute ms':>11} {'comm ms':>9} {'step ms':>9}")
     for p in rows:
         print(f"{p.strategy:<24} {p.compute * 1e3:>11.3f} {p.communication * 1e3:>9.3f} {p.step * 1e3:>9.3f}")
+    for stages in (int(k) for k in args.stages.split(",") if k):
+        rows += layouts(args, machine, layers, stages)
+    for p in rows[len(args.strategies.split(",")) :]:
+        print(f"{p.strategy:<24} {p.compute * 1e3:>11.3f} {p.communication * 1e3:>9.3f} {p.step * 1e3:>9.3f}")
     best = min(rows, key=lambda p: p.step)
     print(f"fastest: {best.strategy}")
     if args.sweep is not None:
         sweep(args, machine, args.sweep)
         say(f"wrote {args.sweep} and {args.sweep.with_suffix('.csv')}")
     return 0
+
+
+def layouts(args: argparse.Namespace, machine: Machine, layers: list, stages: int) -> list[Prediction]:
+    """Decoupled K x D and GPipe (K micro-batches) on the same ranks and global batch as data parallelism."""
+    if stages < 2 or args.size % stages:
+        raise CLIError(f"--stages {stages}: a pipeline needs 2 or more stages that divide the {args.size} ranks")
+    replicas = args.size // stages
+    terms = pipeline_terms(layers, args.batch * stages, args.size, stages, machine, args.ranks_per_machine or 1)
+    comm = terms.allreduce + 2 * terms.message
+    return [
+        Prediction(f"decoupled {stages}x{replicas}", terms.compute + terms.update, comm, decoupled_tick(terms)),
+        Prediction(f"gpipe {stages} stages", terms.compute + terms.update, comm, gpipe_step(terms, stages, stages)),
+    ]
 
 
 def sweep(args: argparse.Namespace, machine: Machine, out: Path) -> None:
