@@ -86,7 +86,7 @@ def main() -> None:
     from fast_core.perfmodel import dense, predict
     from fast_core.perfmodel.calibrate import calibrate
 
-    machine = calibrate()
+    machine = calibrate(ranks_per_machine=args.n)  # the ranks of these runs share this machine
     layers = [dense(64, args.hidden), dense(args.hidden, 10)]
     print(f"machine: {machine}")
     print(f"model 64-{args.hidden}-10, batch {args.batch} per rank, {args.n} ranks, {args.steps} steps, "

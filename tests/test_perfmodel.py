@@ -114,3 +114,10 @@ def test_pipeline_layouts_against_hand_numbers() -> None:
     assert terms.allreduce == pytest.approx(2 * 1e-3 + 2 * 1 / 2 * 440 * 4 / 1e6)
     assert terms.message == pytest.approx(1e-3 + 8 * 40 * 4 / 1e6)
     assert terms.update == pytest.approx(3 * 440 * 4 / 1e9)
+
+
+def test_a_measured_sharing_slowdown_replaces_ranks_over_cores() -> None:
+    shared = Machine(**{**MACHINE.__dict__, "cores": 2, "sharing": {"4": 3.7}})
+    assert shared.slowdown(4) == 3.7 and shared.slowdown(8) == 4.0
+    alone = predict("allreduce", LAYERS, 10, 4, MACHINE).compute
+    assert predict("allreduce", LAYERS, 10, 4, shared).compute == pytest.approx(3.7 * alone)

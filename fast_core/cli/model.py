@@ -40,7 +40,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("-n", "--np", dest="size", type=positive, default=16, help="ranks")
     parser.add_argument("--batch", type=positive, default=64, help="samples per rank per step")
     parser.add_argument("--strategies", default=DEFAULT, help=f"comma-separated (default {DEFAULT})")
-    parser.add_argument("--ranks-per-machine", type=positive, help="ranks sharing one machine's cores (default: 1)")
+    parser.add_argument(
+        "--ranks-per-machine", type=positive, help="ranks on one machine (default 1); --calibrate measures it"
+    )
     parser.add_argument("--calibrate", action="store_true", help="measure this machine (a few seconds)")
     parser.add_argument("--machine", type=Path, help="a machine file: written by --calibrate, read otherwise")
     parser.add_argument("--bandwidth", help="override the link bandwidth (tc style: 100mbit, 10gbit)")
@@ -58,7 +60,7 @@ def machine_from(args: argparse.Namespace) -> Machine:
     if args.calibrate:
         from ..perfmodel.calibrate import calibrate
 
-        machine = calibrate()
+        machine = calibrate(ranks_per_machine=args.ranks_per_machine or 1)
         if args.machine is not None:
             machine.save(args.machine)
             say(f"wrote {args.machine}")

@@ -5,8 +5,9 @@
 - link latency and bandwidth: a ping-pong of 8 bytes and 4 MB between two ranks over FAST's MPI engine under the
   ``mpiexec`` next to this Python (the ranks of a job on this machine talk that way), or, where there is none,
   between two threads of this process (LocalCluster; said in ``Machine.measured``);
-- the framework's own time per step: the same two ranks training a 2-parameter model with all-reduce (the hooks,
-  Python, and the ranks meeting once a step).
+- with ``ranks_per_machine`` > 1: how much slower that many processes compute at once than one alone;
+- the framework's own time per step: ``ranks_per_machine`` ranks (at least 2) training a 2-parameter model with
+  all-reduce (the hooks, Python, and the ranks meeting once a step, which costs more when they share cores).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _measure(engine) -> dict[str, float]:
 
 
 def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
-    """Half the best round trip of each size between ranks 0 and 1 (both must call it)."""
+    """Half the best round trip of each size between ranks 0 and 1 (every rank must call it; the others wait)."""
     found = {}
     for size in _SIZES:
         buf = np.zeros(size, dtype=np.uint8)
@@ -94,7 +95,7 @@ def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
             if engine.rank == 0:
                 engine.wait(engine.isend(buf, 1))
                 engine.wait(engine.irecv(buf, 1))
-            else:
+            elif engine.rank == 1:
                 engine.wait(engine.irecv(buf, 0))
                 engine.wait(engine.isend(buf, 0))
             best = min(best, time.perf_counter() - start)
@@ -108,21 +109,48 @@ def _links_from(found: dict[str, float]) -> tuple[float, float, float]:
     return latency, (large - small) / max(found[str(large)] - latency, 1e-12), found["overhead"]
 
 
-def measure_pair() -> tuple[float, float, float, str]:
-    """Latency, bandwidth and step overhead between two ranks, and how they were measured."""
+def measure_pair(ranks: int = 2) -> tuple[float, float, float, str]:
+    """Latency and bandwidth between two ranks and the step overhead of ``ranks`` ranks meeting every step (ranks
+    that share cores wait for each other's turn), and how they were measured."""
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     if mpiexec is not None:
-        command = [mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "fast_core.perfmodel.calibrate"]
+        command = [mpiexec, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "fast_core.perfmodel.calibrate"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode == 0:
-            return (*_links_from(json.loads(done.stdout.strip().splitlines()[-1])), "2 MPI ranks under mpiexec")
+            return (*_links_from(json.loads(done.stdout.strip().splitlines()[-1])), f"{ranks} MPI ranks under mpiexec")
     from ..engine.local import LocalCluster
 
-    return (*_links_from(LocalCluster(2).run(_measure)[0]), "2 threads of one process (no mpiexec found)")
+    return (*_links_from(LocalCluster(ranks).run(_measure)[0]), f"{ranks} threads of one process (no mpiexec)")
 
 
-def calibrate(dtype_bytes: int = 8) -> Machine:
-    latency, bandwidth, overhead, how = measure_pair()
+def _workload(seconds: float = 1.0) -> float:
+    """Rounds per second of a training-like NumPy round (a GEMM, an elementwise pass, a reduction) for ``seconds``."""
+    a, b = np.random.default_rng(0).random((2, 128, 512)).astype(np.float64), None
+    w = np.random.default_rng(1).random((512, 256))
+    rounds, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        b = np.maximum(a @ w, 0.0)
+        b.sum(axis=0)
+        rounds += 1
+    return rounds / elapsed
+
+
+def sharing_factor(ranks: int) -> float:
+    """How much slower each of ``ranks`` processes computes when they all run at once on this machine than one
+    alone: measured, because cores shared by hyper-threads, caches and quotas make it more than ranks / cores
+    (4 processes on this project's 2 cores: 3.7x, not 2x)."""
+    if ranks <= 1:
+        return 1.0
+    command = [sys.executable, "-c", "from fast_core.perfmodel.calibrate import _workload; print(_workload())"]
+    alone = float(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    together = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(ranks)]
+    rates = [float(process.communicate()[0]) for process in together]
+    return max(1.0, alone / (sum(rates) / len(rates)))
+
+
+def calibrate(dtype_bytes: int = 8, ranks_per_machine: int = 1) -> Machine:
+    """Measure this machine; ``ranks_per_machine`` > 1 also measures how much slower that many ranks compute."""
+    latency, bandwidth, overhead, how = measure_pair(max(2, ranks_per_machine))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return Machine(
         peak_flops=gemm_rate(),
@@ -132,6 +160,7 @@ def calibrate(dtype_bytes: int = 8) -> Machine:
         step_overhead=overhead,
         cores=cores,
         dtype_bytes=dtype_bytes,
+        sharing={str(ranks_per_machine): sharing_factor(ranks_per_machine)} if ranks_per_machine > 1 else {},
         measured=f"fast model --calibrate on {time.strftime('%Y-%m-%d')}: links between {how}",
     )
 

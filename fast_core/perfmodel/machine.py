@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -25,6 +25,9 @@ class Machine:
     """The framework's own time per step (s): hooks, Python, small kernels; what a flop count does not see."""
     cores: int = 1
     """Cores the ranks of one machine share: N ranks on fewer cores compute N / cores times slower."""
+    sharing: dict[str, float] = field(default_factory=dict)
+    """Measured slowdowns of one rank's compute when that many ranks share the machine ({"4": 3.7}); where none
+    is measured, ranks / cores."""
     dtype_bytes: int = 8
     """Bytes per parameter (8: the NumPy models, float64; 4: float32)."""
     measured: str = "defaults"
@@ -48,5 +51,6 @@ class Machine:
         return cls(**data)
 
     def slowdown(self, ranks_per_machine: int) -> float:
-        """How much slower each rank computes when ``ranks_per_machine`` share ``cores``."""
-        return max(1.0, ranks_per_machine / self.cores)
+        """How much slower each rank computes when ``ranks_per_machine`` share the machine."""
+        measured = self.sharing.get(str(ranks_per_machine))
+        return measured if measured is not None else max(1.0, ranks_per_machine / self.cores)
