@@ -2,12 +2,14 @@
 
 - peak flop rate: a float64 GEMM of 256 x 256 matrices in NumPy (one core: OMP_NUM_THREADS as set);
 - memory bandwidth: a 32 MB ``np.copyto`` (read and write counted);
-- link latency and bandwidth: a ping-pong of 8 bytes and 4 MB between two ranks over FAST's MPI engine under the
+- link latency and bandwidth: a ping-pong of 8 bytes and 1 MB between two ranks over FAST's MPI engine under the
   ``mpiexec`` next to this Python (the ranks of a job on this machine talk that way), or, where there is none,
   between two threads of this process (LocalCluster; said in ``Machine.measured``);
 - with ``ranks_per_machine`` > 1: how much slower that many processes compute at once than one alone;
 - the framework's own time per step: ``ranks_per_machine`` ranks (at least 2) training a 2-parameter model with
-  all-reduce (the hooks, Python, and the ranks meeting once a step, which costs more when they share cores).
+  all-reduce (the hooks, Python, and the ranks meeting once a step, which costs more when they share cores), and
+  a 100,100-parameter one: what its step takes beyond that and beyond the all-reduce the links predict is the
+  framework's time per parameter byte (gradient copies, checks, reductions: passes over memory).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .machine import Machine
 
 __all__ = ["calibrate", "ping_pong"]
 
-_SIZES = (8, 4 << 20)
+_SIZES = (8, 1 << 20)
 
 
 def _best(run: Callable[[], None], repeats: int = 5) -> float:
@@ -50,45 +52,50 @@ def copy_rate(nbytes: int = 32 << 20) -> float:
     return 2 * nbytes / _best(lambda: np.copyto(target, source))
 
 
-def step_overhead(engine, steps: int = 300) -> float:
-    """Seconds of a Worker's step of a 2-parameter model under a lockstep strategy: the hooks, Python and the ranks
-    meeting once a step (a tiny all-reduce), what a step costs beyond its flops and its bytes."""
+PROBE_FEATURES = 1000
+"""The larger probe model: softmax regression of 1,000 features x 100 classes (100,100 parameters, 0.8 MB)."""
+
+
+def step_seconds(engine, features: int, steps: int) -> float:
+    """Seconds of a Worker's step of softmax regression (``features`` x 100) under all-reduce, on one sample."""
     from ..config import RunConfig
     from ..numpy_model import SoftmaxRegression
     from ..worker import Worker
 
-    def body(engine) -> float:
-        model = SoftmaxRegression(1, 2)
-        worker = Worker(model, "allreduce", engine, config=RunConfig()).start()
-        x, y = np.ones((1, 1)), np.zeros(1, dtype=np.int64)
+    model = SoftmaxRegression(features, 100 if features > 1 else 2)
+    worker = Worker(model, "allreduce", engine, config=RunConfig()).start()
+    x, y = np.ones((1, features)), np.zeros(1, dtype=np.int64)
 
-        def loop() -> None:
-            for _ in range(steps):
-                model.compute_gradients(x, y)
-                worker.before_step()
-                model.optimizer_step()
-                worker.after_step()
+    def loop() -> None:
+        for _ in range(steps):
+            model.compute_gradients(x, y)
+            worker.before_step()
+            model.optimizer_step()
+            worker.after_step()
 
-        seconds = _best(loop, 3) / steps
-        worker.close()
-        return seconds
-
-    return body(engine)
+    seconds = _best(loop, 3) / steps
+    worker.close()
+    return seconds
 
 
 def _measure(engine) -> dict[str, float]:
-    """Both ranks' part: the ping-pong, then the step overhead."""
+    """Every rank's part: the ping-pong, then a step of a 2-parameter and of a 100,100-parameter model."""
     found = {str(size): seconds for size, seconds in ping_pong(engine).items()}
-    found["overhead"] = step_overhead(engine)
+    found["small"] = step_seconds(engine, 1, 300)
+    found["large"] = step_seconds(engine, PROBE_FEATURES, 100)
+    found["ranks"] = engine.size
     return found
 
 
+
+
 def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
-    """Half the best round trip of each size between ranks 0 and 1 (every rank must call it; the others wait)."""
+    """Half the median round trip of each size between ranks 0 and 1 (every rank must call it; the others wait):
+    the median, not the best, because a training step meets the links as they usually are, caches cold."""
     found = {}
     for size in _SIZES:
         buf = np.zeros(size, dtype=np.uint8)
-        best = float("inf")
+        times = []
         for _ in range(repeats):
             engine.barrier()
             start = time.perf_counter()
@@ -98,18 +105,26 @@ def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
             elif engine.rank == 1:
                 engine.wait(engine.irecv(buf, 0))
                 engine.wait(engine.isend(buf, 0))
-            best = min(best, time.perf_counter() - start)
-        found[size] = best / 2
+            times.append(time.perf_counter() - start)
+        found[size] = float(np.median(times)) / 2
     return found
 
 
-def _links_from(found: dict[str, float]) -> tuple[float, float, float]:
+def _links_from(found: dict[str, float]) -> tuple[float, float, float, float]:
+    """Latency, bandwidth, the fixed step overhead and the overhead per parameter byte: the larger probe's step
+    beyond the smaller one's and beyond the all-reduce the links predict (copies, checks, reductions in memory)."""
+    from ..simulate.links import LinkModel
+
     small, large = _SIZES
     latency = found[str(small)]
-    return latency, (large - small) / max(found[str(large)] - latency, 1e-12), found["overhead"]
+    bandwidth = (large - small) / max(found[str(large)] - latency, 1e-12)
+    nbytes = (PROBE_FEATURES * 100 + 100) * 8
+    allreduce = LinkModel(bandwidth, latency).allreduce_seconds(nbytes, int(found["ranks"]))
+    per_byte = max(0.0, found["large"] - found["small"] - allreduce) / nbytes
+    return latency, bandwidth, found["small"], per_byte
 
 
-def measure_pair(ranks: int = 2) -> tuple[float, float, float, str]:
+def measure_pair(ranks: int = 2) -> tuple[float, float, float, float, str]:
     """Latency and bandwidth between two ranks and the step overhead of ``ranks`` ranks meeting every step (ranks
     that share cores wait for each other's turn), and how they were measured."""
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
@@ -150,7 +165,7 @@ def sharing_factor(ranks: int) -> float:
 
 def calibrate(dtype_bytes: int = 8, ranks_per_machine: int = 1) -> Machine:
     """Measure this machine; ``ranks_per_machine`` > 1 also measures how much slower that many ranks compute."""
-    latency, bandwidth, overhead, how = measure_pair(max(2, ranks_per_machine))
+    latency, bandwidth, overhead, per_byte, how = measure_pair(max(2, ranks_per_machine))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return Machine(
         peak_flops=gemm_rate(),
@@ -158,6 +173,7 @@ def calibrate(dtype_bytes: int = 8, ranks_per_machine: int = 1) -> Machine:
         latency=latency,
         bandwidth=bandwidth,
         step_overhead=overhead,
+        step_overhead_per_byte=per_byte,
         cores=cores,
         dtype_bytes=dtype_bytes,
         sharing={str(ranks_per_machine): sharing_factor(ranks_per_machine)} if ranks_per_machine > 1 else {},

@@ -4,7 +4,8 @@ As Castello et al. (2021) model PyDTNN, each layer's forward pass is its GEMM: f
 arithmetic intensity, and its time is a roofline, flops / min(peak flop rate, memory bandwidth x intensity). The
 backward pass is taken as twice the forward (two GEMMs per layer: gradients of the input and of the weights), the
 optimizer's update as three passes over the parameters (read weight and gradient, write weight) at memory bandwidth,
-and every step pays the framework's own fixed time (``Machine.step_overhead``, measured by ``--calibrate``).
+and every step pays the framework's own time, a fixed part and a part per parameter byte (``Machine.step_overhead``
+and ``step_overhead_per_byte``, measured by ``--calibrate``).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ def parameter_count(layers: list[Layer]) -> int:
     return sum(layer.params for layer in layers)
 
 
-def step_compute_seconds(layers: list[Layer], batch: int, machine: Machine) -> float:
-    """Forward + backward (2x forward) + the optimizer's update + the framework's fixed time per step."""
+def step_compute_seconds(layers: list[Layer], batch: int, machine: Machine, slowdown: float = 1.0) -> float:
+    """Forward + backward (2x forward) + the optimizer's update, ``slowdown`` times slower (ranks sharing cores),
+    + the framework's time per step (measured with the job's ranks sharing the machine already)."""
     forward = sum(layer.forward_seconds(batch, machine) for layer in layers)
     update = 3 * parameter_count(layers) * machine.dtype_bytes / machine.memory_bandwidth
-    return 3 * forward + update + machine.step_overhead
+    overhead = machine.step_overhead + machine.step_overhead_per_byte * parameter_count(layers) * machine.dtype_bytes
+    return (3 * forward + update) * slowdown + overhead

@@ -23,6 +23,8 @@ class Machine:
     """Each rank's link, each way (bytes/s)."""
     step_overhead: float = 0.0
     """The framework's own time per step (s): hooks, Python, small kernels; what a flop count does not see."""
+    step_overhead_per_byte: float = 0.0
+    """The framework's time per step and parameter byte (s/B): its own passes over the parameters and gradients."""
     cores: int = 1
     """Cores the ranks of one machine share: N ranks on fewer cores compute N / cores times slower."""
     sharing: dict[str, float] = field(default_factory=dict)

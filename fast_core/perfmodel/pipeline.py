@@ -76,7 +76,7 @@ def pipeline_terms(
     links = LinkModel(machine.bandwidth, machine.latency)
     slowest, worst = [], -1.0
     for part in split_by_flops(layers, stages):
-        seconds = step_compute_seconds(part, batch, machine) * machine.slowdown(ranks_per_machine)
+        seconds = step_compute_seconds(part, batch, machine, machine.slowdown(ranks_per_machine))
         if seconds > worst:
             slowest, worst = part, seconds
     nbytes = parameter_count(slowest) * machine.dtype_bytes

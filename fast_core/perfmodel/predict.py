@@ -58,7 +58,7 @@ def predict(
         raise ConfigError(f"fast model has no model of '{name}' yet; it models {', '.join(MODELLED)}")
     built = make_strategy(strategy)
     sharing = size if ranks_per_machine is None else ranks_per_machine
-    compute = step_compute_seconds(layers, batch, machine) * machine.slowdown(sharing)
+    compute = step_compute_seconds(layers, batch, machine, machine.slowdown(sharing))
     nbytes = parameter_count(layers) * machine.dtype_bytes
     a, b = machine.latency, machine.bandwidth
     links = LinkModel(b, a, allreduce=allreduce)
