@@ -150,3 +150,20 @@ def test_rates_and_options_are_checked() -> None:
         parse_rate("fast")
     with pytest.raises(ConfigError, match="Pareto"):
         ComputeTimes(heavy_tail=0.5)
+
+
+def test_the_command_writes_its_table_csv_and_plot(tmp_path, capsys) -> None:
+    from fast_core.cli import main as fast
+
+    with pytest.raises(SystemExit) as ended:
+        fast(["simulate", "-n", "2,4", "--steps", "10", "--strategy", "allreduce", "--strategy", "async:ring",
+              "--straggler", "1:3", "--out", str(tmp_path)])
+    assert ended.value.code == 0
+    rows = (tmp_path / "simulate.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 and rows[0].startswith("workers,strategy,job_seconds")
+    assert (tmp_path / "simulate.png").stat().st_size > 0
+    assert "async:ring" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as ended:
+        fast(["simulate", "-n", "4", "--straggler", "slow"])
+    assert ended.value.code == 2
+    assert "RANK:FACTOR" in capsys.readouterr().err
