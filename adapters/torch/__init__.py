@@ -22,6 +22,7 @@ from .api import average_model, broadcast_parameters, consensus_copy, join, shar
 from .checkpoint import load_checkpoint, save_checkpoint
 from .collectives import average, broadcast, sum  # noqa: A004 - torch.distributed's and Horovod's names
 from .decoupled import DecoupledTrainer
+from .layers import model_layers
 from .model import TorchModel
 from .optimizer import DistributedOptimizer, worker_of
 
@@ -37,6 +38,7 @@ __all__ = [
     "init",
     "join",
     "load_checkpoint",
+    "model_layers",
     "rank",
     "save_checkpoint",
     "shard",
