@@ -45,12 +45,15 @@ def environment() -> dict[str, str]:
     return env
 
 
-def bench(hosts: int, strategies: list[str], repeats: int, epochs: int, target: float, out: Path) -> list[dict]:
-    """fast bench across the cluster now up; its rows from results.csv."""
+def bench(
+    hosts: int, strategies: list[str], repeats: int, epochs: int, target: float, out: Path, extra: list[str]
+) -> list[dict]:
+    """fast bench across the cluster now up (``extra``: the example's own arguments); its rows from results.csv."""
     hostfile = nc.FOLDER / "hosts"
     command = [sys.executable, "-m", "fast_core.cli", "bench", "--framework", "torch", "--hostfile", str(hostfile)]
     command += ["-n", str(hosts), "--repeats", str(repeats), "--epochs", str(epochs), "--target", str(target)]
     command += [item for spec in strategies for item in ("--strategy", spec)] + ["--run-dir", str(out)]
+    command += ["--", *extra] if extra else []
     subprocess.run(command, env=environment(), check=True, timeout=7200)
     with open(out / "results.csv") as table:
         return list(csv.DictReader(table))
@@ -107,6 +110,9 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4, 8, 16])
     parser.add_argument("--out", type=Path, default=Path("slow_links"))
+    parser.add_argument(
+        "--example-args", default="", help="the torch example's own arguments, e.g. '--hidden 1024' (a larger model)"
+    )
     args = parser.parse_args()
     reason = nc.why_not()
     if reason:
@@ -115,7 +121,8 @@ def main() -> None:
     try:
         nc.down()
         nc.up(nc.plan(args.hosts, args.rate))
-        rows = bench(args.hosts, args.strategies, args.repeats, args.epochs, args.target, args.out / "bench")
+        extra = args.example_args.split()
+        rows = bench(args.hosts, args.strategies, args.repeats, args.epochs, args.target, args.out / "bench", extra)
         sizes = bytes_against_size(args.sizes, args.rate, ["dpsgd:ring", "allreduce"]) if args.sizes else []
     finally:
         nc.down()
@@ -127,7 +134,9 @@ def report(args: argparse.Namespace, rows: list[dict], sizes: list[tuple[int, st
     lines = [
         f"# The torch example across {args.hosts} hosts, links of {args.rate}\n",
         f"`sudo python benchmarks/slow_links.py --hosts {args.hosts} --rate {args.rate} --repeats {args.repeats} "
-        f"--epochs {args.epochs} --sizes {' '.join(map(str, args.sizes))}`: network namespaces on one 2-core "
+        f"--epochs {args.epochs} --sizes {' '.join(map(str, args.sizes))}"
+        + (f" --example-args '{args.example_args}'" if args.example_args else "")
+        + "`: network namespaces on one 2-core "
         f"machine (benchmarks/cluster.py), each host's link shaped by tc; `fast bench` runs every strategy once per "
         f"round, {args.repeats} rounds, medians; all ranks share the machine's 2 cores, so compute is slow too.\n",
         "| strategy | job wall-clock s | vs all-reduce | s to "
