@@ -12,7 +12,7 @@ import csv
 import dataclasses
 from pathlib import Path
 
-from ..perfmodel import Machine, Prediction, parse_layers, predict
+from ..perfmodel import Layer, Machine, Prediction, parse_layers, predict
 from ..perfmodel.layers import parameter_count
 from ..perfmodel.pipeline import decoupled_tick, gpipe_step, pipeline_terms
 from ..simulate import parse_rate
@@ -79,8 +79,9 @@ def machine_from(args: argparse.Namespace) -> Machine:
     return dataclasses.replace(machine, **changes)
 
 
-def predictions(args: argparse.Namespace, machine: Machine, size: int, batch: int) -> list[Prediction]:
-    layers = parse_layers(args.layers)
+def predictions(
+    args: argparse.Namespace, layers: list[Layer], machine: Machine, size: int, batch: int
+) -> list[Prediction]:
     return [
         predict(s, layers, batch, size, machine, args.allreduce, args.ranks_per_machine or 1)
         for s in args.strategies.split(",")
@@ -90,7 +91,7 @@ def predictions(args: argparse.Namespace, machine: Machine, size: int, batch: in
 def main(args: argparse.Namespace) -> int:
     machine = machine_from(args)
     layers = parse_layers(args.layers)
-    rows = predictions(args, machine, args.size, args.batch)
+    rows = predictions(args, layers, machine, args.size, args.batch)
     count = parameter_count(layers)
     print(f"{args.size} ranks, {count:,} parameters ({count * machine.dtype_bytes / 1e6:.2f} MB), batch {args.batch}")
     print(
@@ -107,12 +108,12 @@ def main(args: argparse.Namespace) -> int:
     best = min(rows, key=lambda p: p.step)
     print(f"fastest: {best.strategy}")
     if args.sweep is not None:
-        sweep(args, machine, args.sweep)
+        sweep(args, layers, machine, args.sweep)
         say(f"wrote {args.sweep} and {args.sweep.with_suffix('.csv')}")
     return 0
 
 
-def layouts(args: argparse.Namespace, machine: Machine, layers: list, stages: int) -> list[Prediction]:
+def layouts(args: argparse.Namespace, machine: Machine, layers: list[Layer], stages: int) -> list[Prediction]:
     """Decoupled K x D and GPipe (K micro-batches) on the same ranks and global batch as data parallelism."""
     if stages < 2 or args.size % stages:
         raise CLIError(f"--stages {stages}: a pipeline needs 2 or more stages that divide the {args.size} ranks")
@@ -125,7 +126,7 @@ def layouts(args: argparse.Namespace, machine: Machine, layers: list, stages: in
     ]
 
 
-def sweep(args: argparse.Namespace, machine: Machine, out: Path) -> None:
+def sweep(args: argparse.Namespace, layers: list[Layer], machine: Machine, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +145,7 @@ def sweep(args: argparse.Namespace, machine: Machine, out: Path) -> None:
                 batch = int(value)
             else:
                 changed = dataclasses.replace(machine, **{axis: getattr(machine, axis) * value})
-            for p in predictions(args, changed, size, batch):
+            for p in predictions(args, layers, changed, size, batch):
                 curves[p.strategy].append(p.step)
                 table.append([axis, value, p.strategy, p.compute, p.communication, p.step])
         for strategy, steps in curves.items():

@@ -119,9 +119,11 @@ def setups(args: argparse.Namespace) -> list[Simulation]:
             args.compute, args.machine_spread, args.step_spread, args.heavy_tail, _stragglers(args.straggler), args.seed
         )
         for strategy in args.strategy or DEFAULT_STRATEGIES:
-            job = Simulation(strategy, n, args.steps, args.batch_size, args.lr, args.model, links, compute)
-            job.seed = args.seed
-            jobs.append(job)
+            jobs.append(
+                Simulation(
+                    strategy, n, args.steps, args.batch_size, args.lr, args.model, links, compute, seed=args.seed
+                )
+            )
     return jobs
 
 

@@ -78,10 +78,15 @@ def parameter_count(layers: list[Layer]) -> int:
     return sum(layer.params for layer in layers)
 
 
+def update_seconds(layers: list[Layer], machine: Machine) -> float:
+    """The optimizer's update: three passes over the parameters (read weight and gradient, write weight)."""
+    return 3 * parameter_count(layers) * machine.dtype_bytes / machine.memory_bandwidth
+
+
 def step_compute_seconds(layers: list[Layer], batch: int, machine: Machine, slowdown: float = 1.0) -> float:
     """Forward + backward (2x forward) + the optimizer's update, ``slowdown`` times slower (ranks sharing cores),
     + the framework's time per step (measured with the job's ranks sharing the machine already)."""
     forward = sum(layer.forward_seconds(batch, machine) for layer in layers)
-    update = 3 * parameter_count(layers) * machine.dtype_bytes / machine.memory_bandwidth
+    update = update_seconds(layers, machine)
     overhead = machine.step_overhead + machine.step_overhead_per_byte * parameter_count(layers) * machine.dtype_bytes
     return (3 * forward + update) * slowdown + overhead

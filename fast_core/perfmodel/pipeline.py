@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..simulate.links import LinkModel
-from .layers import Layer, parameter_count, step_compute_seconds
+from .layers import Layer, parameter_count, step_compute_seconds, update_seconds
 from .machine import Machine
 
 __all__ = ["StageTerms", "data_parallel_step", "decoupled_tick", "gpipe_step", "pipeline_terms", "split_by_flops"]
@@ -74,12 +74,13 @@ def pipeline_terms(
     replica a batch of ``batch`` (the global batch over the replicas)."""
     replicas = size // stages
     links = LinkModel(machine.bandwidth, machine.latency)
+    slowdown = machine.slowdown(ranks_per_machine)
     slowest, worst = [], -1.0
     for part in split_by_flops(layers, stages):
-        seconds = step_compute_seconds(part, batch, machine, machine.slowdown(ranks_per_machine))
+        seconds = step_compute_seconds(part, batch, machine, slowdown)
         if seconds > worst:
             slowest, worst = part, seconds
     nbytes = parameter_count(slowest) * machine.dtype_bytes
-    update = 3 * nbytes / machine.memory_bandwidth
+    update = update_seconds(slowest, machine) * slowdown  # as step_compute_seconds counted it
     activation = machine.latency + batch * slowest[-1].outputs * machine.dtype_bytes / machine.bandwidth
     return StageTerms(worst - update, links.allreduce_seconds(nbytes, replicas), activation, update)

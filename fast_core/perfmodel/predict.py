@@ -10,8 +10,8 @@ communication, per strategy, over links of latency a and bandwidth b, for a mode
   moved through memory.
 - ``async``, ``adpsgd``: the exchange runs in a communication thread and never holds the trainer: compute + mixing.
 - ``gossip``: one peer per step, waited for: compute + a + S/b.
-- ``ps:servers=K``: every worker pushes S and pulls S; a server's link carries N/K shares of S/K... that is N S/K:
-  compute + 2 (a + max(N/K, 1) S/b).
+- ``ps:servers=K``: every worker pushes S and pulls S; a server's link carries the N workers' shards of S/K each,
+  N S/K each way: compute + 2 (a + max(N/K, 1) S/b).
 - ``localsgd:period=H``, ``diloco:period=H``: an all-reduce every H steps: compute + allreduce / H.
 - ``easgd`` (``tau`` steps between rounds): the centre's link takes N - 1 models in and sends N - 1 out:
   compute + 2 (a + (N-1) S/b) / tau.

@@ -42,8 +42,6 @@ class SimCluster:
         self.queues = LinkQueues(self.links, size)
         self.scheduler = VirtualScheduler(size)
         self.timeout = timeout
-        self.bytes_sent = np.zeros(size, dtype=np.int64)
-        """Bytes each rank put on its link: point-to-point messages and its share of collectives."""
 
     def run(self, body: Callable[[SimEngine], Any]) -> list[Any]:
         """Run ``body(engine)`` on every rank on virtual time; returns the results in rank order, or re-raises the
@@ -219,7 +217,6 @@ class SimEngine(Engine):
         seq = self.context.sent.get(key, 0)
         self.context.sent[key] = seq + 1
         self.context.messages.setdefault(key, {})[seq] = (lands, buf.copy())
-        self.cluster.bytes_sent[self.rank] += buf.nbytes
         self.cluster.scheduler.notify(dest, lands)
         self.cluster.scheduler.notify(self.rank, lands)  # the send completes: the sender's thread may send again
         return _SimSend(self, dest, tag, buf.nbytes, lands)
@@ -303,7 +300,6 @@ class SimEngine(Engine):
         check_contiguous(buf, "iallreduce")
         check_op(op)
         seconds = self.cluster.links.allreduce_seconds(buf.nbytes, self.size)
-        self.cluster.bytes_sent[self.rank] += int(2 * buf.nbytes * (self.size - 1) / self.size)
 
         key = self._next_key(kind)
 
@@ -325,8 +321,6 @@ class SimEngine(Engine):
         values = self._collective(buf.copy() if self.rank == root else None, seconds, "broadcast", kind)
         if self.rank != root:
             np.copyto(buf, values[root])
-        elif self.size > 1:
-            self.cluster.bytes_sent[self.rank] += buf.nbytes
 
     def barrier(self) -> None:
         self._collective(None, self.cluster.links.barrier_seconds(self.size), "barrier")
