@@ -29,7 +29,7 @@ from report import command_line, markers, write_section
 from strategies import Task, batch_stream, load_task
 
 import fast_core
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 START, END = markers("async-budget")
 DEFAULT = ["allreduce", "async:ring", "async:ring,staleness=4", "adpsgd:ring", "gossip:synchronous=false"]

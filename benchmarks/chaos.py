@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 EXAMPLE = "fast_examples.torch_mnist1d"
 

@@ -69,8 +69,8 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     import fast_core
-    from fast_core.collectives import JOB
-    from fast_core.sharding import shard_indices
+    from fast_core.data.sharding import shard_indices
+    from fast_core.engine.collectives import JOB
     from fast_torch import DecoupledTrainer
     from fast_torch.pipeline_sync import SynchronousPipelineTrainer
 
@@ -134,7 +134,7 @@ def costs(args, trainer, model, engine, x, y) -> dict[str, float]:
     import numpy as np
     import torch
 
-    from fast_core.collectives import JOB
+    from fast_core.engine.collectives import JOB
     from fast_core.pipeline.partition import balanced_split
 
     layers = list(model)

@@ -2,7 +2,7 @@
 
 Exchange: every rank sends a flat float32 buffer to its right neighbour on a ring and receives one from its left
 neighbour, once with ``comm.Sendrecv`` and once with ``engine.wait_all(engine.exchange(...))``, interleaved in the
-same run. Mixing: the D-PSGD update (one ``fast_core.mixing.axpy`` for the self term, one per neighbour) against
+same run. Mixing: the D-PSGD update (one ``fast_core.model.mixing.axpy`` for the self term, one per neighbour) against
 ``np.copyto`` of the same bytes, with tracemalloc checking that mixing allocates nothing per step.
 
     OMP_NUM_THREADS=1 mpiexec -n 2 python -m mpi4py benchmarks/exchange.py --out docs/benchmarks.md
@@ -26,7 +26,7 @@ from mpi4py import MPI
 from report import command_line, markers, write_section
 
 import fast_core
-from fast_core.mixing import axpy
+from fast_core.model.mixing import axpy
 
 MB = 10**6
 START, END = markers("exchange")
@@ -242,7 +242,7 @@ def section(exchange: Sequence[ExchangeRow], mixing: Sequence[MixRow], ranks: in
             exchange_table(exchange),
             "",
             "**Mixing.** The D-PSGD update of the parameter buffer from its own start-of-step copy and k neighbour "
-            "buffers (k + 1 calls of `fast_core.mixing.axpy`) against `np.copyto` of the same k + 1 buffers, all "
+            "buffers (k + 1 calls of `fast_core.model.mixing.axpy`) against `np.copyto` of the same k + 1 buffers, all "
             "ranks at once. GB/s counts the k + 1 input buffers per second. Peak bytes allocated is tracemalloc's "
             "peak (Python objects and NumPy data) over 3 mixing calls, maximum over ranks: the goal is none per step.",
             "",

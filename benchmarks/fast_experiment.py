@@ -30,7 +30,7 @@ from report import command_line, gather_to_root, markers, write_section
 from strategies import Task, batch_stream, load_task
 
 import fast_core
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 STRATEGIES = ["fast:torus", "ps:servers=8", "ps:servers=8,mode=async", "allreduce"]
 START, END = markers("fast_experiment")

@@ -28,9 +28,9 @@ STRATEGIES = ("allreduce", "dpsgd:ring", "async:ring", "ps:servers=2", "localsgd
 
 def worker(args: argparse.Namespace) -> None:
     import fast_core
-    from fast_core.config import RunConfig
-    from fast_core.datasets import digits
-    from fast_core.numpy_model import MLP, SGD
+    from fast_core.config.run import RunConfig
+    from fast_core.data.datasets import digits
+    from fast_core.model.numpy_model import MLP, SGD
 
     engine = fast_core.init()
     x, y = digits()

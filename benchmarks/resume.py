@@ -1,7 +1,7 @@
 """A job resumed from checkpoints on other numbers of ranks against the same job uninterrupted: the consensus
 model's test accuracy of both, side by side, interleaved, medians of repeats (issue 13: within 0.5 point).
 
-Softmax regression on the digits (NumPy, fast_core.checkpoint), a shared sample budget of ``--epochs`` global
+Softmax regression on the digits (NumPy, fast_core.runtime.checkpoint), a shared sample budget of ``--epochs`` global
 epochs: uninterrupted on 4 ranks, and as three legs of a third each, 4 ranks -> checkpoint -> 2 ranks -> checkpoint
 -> 8 ranks, each leg its own mpiexec launch, the budget carried by the checkpoint.
 
@@ -25,9 +25,10 @@ BATCH, LR = 32, 0.1
 def leg(strategy: str, budget: int, load: str, save: str) -> None:
     """One launch (under mpiexec): load ``load`` (unless "-"), train until the job has spent ``budget`` samples,
     save ``save``; rank 0 prints the consensus model's test accuracy and the job's samples as one JSON line."""
-    from fast_core import Budget, Worker, checkpoint, init
-    from fast_core.datasets import batches, example_task, shard_indices
-    from fast_core.numpy_model import SoftmaxRegression
+    from fast_core import Budget, Worker, init
+    from fast_core.data.datasets import batches, example_task, shard_indices
+    from fast_core.model.numpy_model import SoftmaxRegression
+    from fast_core.runtime import checkpoint
 
     engine = init()
     task = example_task("digits")

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from fast_core.cli.summary import accuracy_curve, job_wall_clock, last
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 
 def runs(bench: Path) -> dict[str, list[dict]]:

@@ -34,9 +34,9 @@ from mpi4py import MPI
 from report import command_line, markers, write_section
 
 import fast_core
-from fast_core.datasets import batches, digits, shard_indices, train_test_split
+from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.engine.metered import unmetered
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import STRATEGIES, Strategy
 from fast_core.strategies.base import StepContext
 

@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import fast_core
 import fast_torch as fast
-from fast_core.datasets import batches, digits, shard_indices, train_test_split
+from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.strategies import Strategy
 
 NAME = "torch_vs_ddp"

@@ -20,7 +20,7 @@ pass under a synchronous strategy, and under an asynchronous one only after the 
 the end, the test accuracy of the averaged (consensus) model. Under ``fast run`` the worker also records loss and
 samples per step and each replica's validation accuracy per epoch, each rank saves its parameters every
 ``--snapshot-every`` seconds, and rank 0 records the consensus model's validation accuracy over time (records of
-kind "consensus", ``fast_core.snapshots``).
+kind "consensus", ``fast_core.observers.snapshots``).
 
 The pieces are importable (``load_data``, ``build_model``, ``accuracy``, ``train``) so tests reuse them.
 """
@@ -38,12 +38,12 @@ import optax
 
 import fast_jax as fast
 from fast_core import Budget, Strategy, make_strategy
-from fast_core.budget import spent_text
-from fast_core.config import environment
-from fast_core.datasets import TASKS, Task, batches, example_task
-from fast_core.reporting import epoch_summary
-from fast_core.snapshots import FOLDER as SNAPSHOTS
-from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.config.run import environment
+from fast_core.data.datasets import TASKS, Task, batches, example_task
+from fast_core.observers.reporting import epoch_summary
+from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
+from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.runtime.budget import spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Params = dict[str, dict[str, jax.Array]]

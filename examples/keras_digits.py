@@ -29,9 +29,9 @@ import numpy as np
 
 import fast_tf as fast
 from fast_core import Budget, Strategy, make_strategy
-from fast_core.budget import spent_text
-from fast_core.config import environment
-from fast_core.datasets import TASKS, Task, example_task
+from fast_core.config.run import environment
+from fast_core.data.datasets import TASKS, Task, example_task
+from fast_core.runtime.budget import spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[np.ndarray, np.ndarray]

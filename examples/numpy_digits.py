@@ -17,7 +17,7 @@ same E passes. An "epoch" in the logs is one pass of this rank over its shard:
 
 At the end every rank closes its worker and the test accuracy is the averaged (consensus) model's. Under ``fast
 run`` each rank also saves its parameters every ``--snapshot-every`` seconds and rank 0 records the consensus
-model's validation accuracy over time (records of kind "consensus", ``fast_core.snapshots``).
+model's validation accuracy over time (records of kind "consensus", ``fast_core.observers.snapshots``).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import numpy as np
 
 import fast_core
 from fast_core import Budget
-from fast_core.budget import spent_text
-from fast_core.config import environment
-from fast_core.datasets import batches, digits, shard_indices, train_test_split
-from fast_core.numpy_model import SGD, Momentum, SoftmaxRegression
-from fast_core.reporting import epoch_summary
-from fast_core.sharding import shard_by_label
-from fast_core.snapshots import FOLDER as SNAPSHOTS
-from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.config.run import environment
+from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
+from fast_core.data.sharding import shard_by_label
+from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
+from fast_core.observers.reporting import epoch_summary
+from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
+from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.runtime.budget import spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 

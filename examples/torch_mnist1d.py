@@ -22,7 +22,7 @@ paper; the other asynchronous strategies do nothing there and never wait. At the
 reported and which a user would save.
 
 Under ``fast run`` the worker also records loss and samples per step and each replica's validation accuracy per
-epoch, and each rank saves its parameters every ``--snapshot-every`` seconds (``fast_core.snapshots``); after
+epoch, and each rank saves its parameters every ``--snapshot-every`` seconds (``fast_core.observers.snapshots``); after
 training rank 0 averages the snapshots of each moment and records the consensus model's validation accuracy over
 time (records of kind "consensus": ``time`` since the common start, ``val_accuracy``), which ``fast bench`` times
 to its target, without any rank waiting for another during training. ``--ddp`` trains with torch's
@@ -44,12 +44,12 @@ from torch.utils.data import TensorDataset
 
 import fast_torch as fast
 from fast_core import Budget, Strategy
-from fast_core.budget import spent_text
-from fast_core.config import environment
-from fast_core.datasets import TASKS, Task, example_task
-from fast_core.reporting import epoch_summary
-from fast_core.snapshots import FOLDER as SNAPSHOTS
-from fast_core.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.config.run import environment
+from fast_core.data.datasets import TASKS, Task, example_task
+from fast_core.observers.reporting import epoch_summary
+from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
+from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
+from fast_core.runtime.budget import spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]

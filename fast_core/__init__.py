@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import logging
 
-from . import checkpoint, collectives
-from .budget import Budget
-from .config import RunConfig
-from .contract import ModelAdapter
-from .engine import Engine, LocalCluster, LocalEngine, default_engine, launched_under_mpi, mpi_engine
-from .errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerLost, PeerTimeout
-from .flat import FlatLayout
-from .observers import Observer
-from .runtime import init, local_rank, local_size, rank, size
-from .strategies import (
+from fast_core.config.run import RunConfig
+from fast_core.engine import (
+    Engine,
+    LocalCluster,
+    LocalEngine,
+    collectives,
+    default_engine,
+    launched_under_mpi,
+    mpi_engine,
+)
+from fast_core.errors import ConfigError, FastError, MessageError, ModelMismatchError, PeerFailed, PeerLost, PeerTimeout
+from fast_core.model.contract import ModelAdapter
+from fast_core.model.flat import FlatLayout
+from fast_core.observers.base import Observer
+from fast_core.runtime import checkpoint
+from fast_core.runtime.budget import Budget
+from fast_core.runtime.process import init, local_rank, local_size, rank, size
+from fast_core.runtime.worker import Worker
+from fast_core.strategies import (
     ADPSGD,
     DPSGD,
     EASGD,
@@ -29,10 +38,9 @@ from .strategies import (
     make_strategy,
     warmup,
 )
-from .strategies.base import StepContext
-from .strategies.spec import resolve_strategy
-from .topology import Topology, TopologyError, make_topology
-from .worker import Worker
+from fast_core.strategies.base import StepContext
+from fast_core.strategies.spec import resolve_strategy
+from fast_core.topology import Topology, TopologyError, make_topology
 
 __version__ = "0.1.0"
 

@@ -26,7 +26,7 @@ class Metrics:
     job_samples: int | None = None
     """Samples the whole job trained, summed in ``close()`` under a shared work budget (None before, or without)."""
     refused_messages: int = 0
-    """Messages from neighbours left out because they held NaN or Inf (``fast_core.integrity``)."""
+    """Messages from neighbours left out because they held NaN or Inf (``fast_core.strategies.integrity``)."""
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:

@@ -8,7 +8,7 @@ from training import CLASSES, FEATURES, batch, steps_in_window, task, train
 from fast_core import Worker
 from fast_core.compression import Codec, message_seed
 from fast_core.engine import Engine
-from fast_core.numpy_model import AdaGrad, SoftmaxRegression
+from fast_core.model.numpy_model import AdaGrad, SoftmaxRegression
 from fast_core.strategies.adpsgd import ADPSGD
 from fast_core.strategies.async_avg import AsyncAveraging
 from fast_core.strategies.easgd import EASGD

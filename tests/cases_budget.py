@@ -16,7 +16,7 @@ from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import Budget, Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 BATCH = 8
 FAST_PAUSE, SLOW_PAUSE = 0.001, 0.02

@@ -13,7 +13,7 @@ from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core import Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import Every, LocalSGD, Schedule
 from fast_core.topology import make_topology
 

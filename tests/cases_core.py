@@ -12,7 +12,7 @@ from training import CLASSES, FEATURES, reference_dpsgd, reference_mean_gradient
 from fast_core import Worker
 from fast_core.engine import Engine
 from fast_core.errors import MessageError, ModelMismatchError, PeerTimeout
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 
 # engine ---------------------------------------------------------------------------------------------------------
 

@@ -9,11 +9,11 @@ import time
 import numpy as np
 from training import CLASSES, FEATURES, LR, batch, task
 
-from fast_core import Worker, collectives
-from fast_core.engine import Engine
+from fast_core import Worker
+from fast_core.engine import Engine, collectives
 from fast_core.errors import ConfigError, PeerTimeout
-from fast_core.integrity import OWN_CHECK_EVERY, NonFiniteError
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.strategies.integrity import OWN_CHECK_EVERY, NonFiniteError
 from fast_core.topology import make_topology
 
 POISONED_AT = 2  # the step after whose optimizer step the last rank's parameters turn NaN (not a checked step)

@@ -8,7 +8,7 @@ from diloco_reference import DiLoCoReference
 from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core.engine import Engine
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.topology import make_topology
 
 STEPS = 13  # ends between two outer steps: the inner steps since the last one are checked too

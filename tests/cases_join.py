@@ -7,7 +7,7 @@ from training import CLASSES, FEATURES, batch, task
 
 from fast_core import Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 LOCKSTEP = ["allreduce", "dpsgd:ring", "dpsgd:exp1", "sgp", "localsgd:period=2", "gossip", "easgd:tau=2"]
 

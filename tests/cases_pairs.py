@@ -11,7 +11,7 @@ from fast_core import Worker
 from fast_core.compression import make_codec
 from fast_core.engine import Engine
 from fast_core.errors import ConfigError
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies.adpsgd import ADPSGD
 from fast_core.strategies.easgd import EASGD
 

@@ -8,7 +8,7 @@ from training import CLASSES, FEATURES, LR, batch, reference_mean_gradient, task
 
 from fast_core import Worker, make_strategy
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 
 def case_ps_sync_is_sgd_on_the_mean_gradient(engine: Engine) -> None:

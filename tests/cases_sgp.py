@@ -11,7 +11,7 @@ from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core import Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies.sgp import SGP
 from fast_core.topology import Topology, from_edges, is_column_stochastic, is_doubly_stochastic, make_topology
 

@@ -62,8 +62,8 @@ def check_fixed_straggler(bench_dir: Path, labels: list[str], rank: int) -> floa
 
     import pytest
 
-    from fast_core.runlog import read_run
-    from fast_core.straggler import compute_per_step
+    from fast_core.observers.runlog import read_run
+    from fast_core.observers.straggler import compute_per_step
 
     info = json.loads((bench_dir / "run.json").read_text())
     compute = compute_per_step(read_run(bench_dir / "calibration")[rank])

@@ -6,7 +6,7 @@ import numpy as np
 from training import CLASSES, FEATURES, task, train
 
 from fast_core.compression import make_codec
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.topology import make_topology
 from fast_core.transport import framing
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from fast_core import Budget, Worker
-from fast_core.datasets import batches, example_task, shard_indices
+from fast_core.data.datasets import batches, example_task, shard_indices
 from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 
 BATCH = 32
 

@@ -17,11 +17,11 @@ import pytest
 from fast_cli import fast
 
 from fast_core import Budget, ConfigError, LocalCluster, Worker
-from fast_core.budget import MAX_AHEAD, SharedSamples
 from fast_core.cli import main as fast_main
-from fast_core.config import RunConfig
-from fast_core.numpy_model import SGD, SoftmaxRegression
-from fast_core.runlog import read_run
+from fast_core.config.run import RunConfig
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers.runlog import read_run
+from fast_core.runtime.budget import MAX_AHEAD, SharedSamples
 from fast_core.strategies import Schedule
 
 

@@ -1,5 +1,5 @@
-"""Checkpoints (fast_core.checkpoint): saved on 4 ranks, resumed on 2 and 8; a resumed budget trains what was left;
-a crash while writing leaves the previous checkpoint; bad files are one line on every rank; under asynchronous
+"""Checkpoints (fast_core.runtime.checkpoint): saved on 4 ranks, resumed on 2 and 8; a resumed budget trains what was
+left; a crash while writing leaves the previous checkpoint; bad files are one line on every rank; under asynchronous
 averaging a loaded checkpoint is not pulled back toward the start parameters (issue 13, point 3)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from training import CLASSES, FEATURES, LR, batch, task
 
-from fast_core import Budget, LocalCluster, Worker, checkpoint
-from fast_core.checkpoint import CheckpointError
+from fast_core import Budget, LocalCluster, Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, AdaGrad, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, AdaGrad, SoftmaxRegression
+from fast_core.runtime import checkpoint
+from fast_core.runtime.checkpoint import CheckpointError
 
 STEPS, BATCH = 6, 8
 

@@ -22,16 +22,16 @@ import pytest
 from fast_cli import FAST, bench, check_fixed_straggler, check_job_figures, fast
 
 import fast_core
-from fast_core import straggler as straggler_module
 from fast_core.cli import main as fast_main
 from fast_core.cli.launch import descendants, find_mpiexec
 from fast_core.cli.summary import markdown, median, summarize
-from fast_core.config import RunConfig
+from fast_core.config.run import RunConfig
 from fast_core.errors import ConfigError
-from fast_core.numpy_model import SGD, SoftmaxRegression
-from fast_core.progress import ProgressBar
-from fast_core.runlog import read_run
-from fast_core.straggler import Straggler, calibrated_seconds, compute_per_step, straggler_from_environment
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers import straggler as straggler_module
+from fast_core.observers.progress import ProgressBar
+from fast_core.observers.runlog import read_run
+from fast_core.observers.straggler import Straggler, calibrated_seconds, compute_per_step, straggler_from_environment
 from fast_core.topology import ring
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -87,8 +87,8 @@ STRAGGLING = """
 import os, time
 import numpy as np
 import fast_core
-from fast_core.straggler import Straggler
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers.straggler import Straggler
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 engine = fast_core.init()
 model = SoftmaxRegression(4, 2, optimizer=SGD(0.1))

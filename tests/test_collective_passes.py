@@ -11,9 +11,9 @@ import pytest
 from training import CLASSES, FEATURES, LR, task
 
 from fast_core import Budget, LocalCluster, Worker
-from fast_core.datasets import batches
+from fast_core.data.datasets import batches
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 
 
 def _worker(strategy: str, budget: Budget | None, size: int = 4) -> Worker:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fast_core import DPSGD, AllReduce, ConfigError, LocalCluster, Worker, make_strategy
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import Every, LocalSGD, Schedule, Strategy, warmup
 
 # strings ----------------------------------------------------------------------------------------------------------

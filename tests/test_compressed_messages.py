@@ -16,7 +16,7 @@ from training import CLASSES, FEATURES, LR, batch, task, train
 
 from fast_core import LocalCluster, make_strategy
 from fast_core.compression import make_codec
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import EASGD
 from fast_core.topology import make_topology
 from fast_core.transport import PullBox, PushBox, framing

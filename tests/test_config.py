@@ -10,8 +10,8 @@ import pytest
 from fast_cli import fast
 
 from fast_core import ConfigError, LocalCluster, Worker
-from fast_core.config import RunConfig, parse_timeout
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.config.run import RunConfig, parse_timeout
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import DPSGD, AllReduce
 from fast_core.strategies.spec import resolve_strategy, strategy_spec, topology_used
 

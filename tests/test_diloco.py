@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fast_core import ConfigError, LocalCluster, Worker, make_strategy
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import DiLoCo
 from fast_core.strategies.base import GroupChange
 from fast_core.strategies.spec import canonical_strategy

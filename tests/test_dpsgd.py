@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from fast_core import LocalCluster, Worker
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 
 
 def _start(strategy: str) -> None:

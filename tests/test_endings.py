@@ -27,8 +27,8 @@ from fast_core import LocalCluster, Worker
 from fast_core.cli.launch import GUARD, descendants, first_exit
 from fast_core.cli.run import lost_rank, lost_text
 from fast_core.errors import PeerTimeout
-from fast_core.numpy_model import SGD, SoftmaxRegression
-from fast_core.runlog import read_run
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers.runlog import read_run
 
 
 @pytest.mark.mpi

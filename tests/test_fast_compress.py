@@ -12,7 +12,7 @@ from training import train
 
 from fast_core import LocalCluster, make_strategy
 from fast_core.compression import make_codec
-from fast_core.numpy_model import AdaGrad
+from fast_core.model.numpy_model import AdaGrad
 
 STEPS, LR = 12, 0.05
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fast_core.flat import FlatLayout
+from fast_core.model.flat import FlatLayout
 
 
 def _arrays():

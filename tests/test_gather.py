@@ -1,10 +1,11 @@
-"""fast_core.collectives.gather_arrays / gather_texts: every rank's rows on every rank, bit-exact, in rank order."""
+"""fast_core.engine.collectives.gather_arrays / gather_texts: every rank's rows on every rank, bit-exact, in rank
+order."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fast_core.collectives import gather_arrays, gather_texts
+from fast_core.engine.collectives import gather_arrays, gather_texts
 from fast_core.engine.local import LocalCluster
 
 

@@ -90,5 +90,5 @@ def test_the_import_graph_has_no_cycle() -> None:
 
 def test_the_check_finds_a_cycle_when_there_is_one() -> None:
     graph = import_graph()
-    graph.add_edge("fast_core.flat", "fast_core.worker")  # the worker imports flat: this closes a cycle
+    graph.add_edge("fast_core.model.flat", "fast_core.runtime.worker")  # the worker imports flat: this closes a cycle
     assert list(nx.simple_cycles(graph))

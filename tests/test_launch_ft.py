@@ -24,7 +24,7 @@ from fast_core import ConfigError
 from fast_core.cli import launch
 from fast_core.cli.launch import Job, find_ulfm_mpiexec, ulfm_missing
 from fast_core.cli.run import job_ending, launch_variables
-from fast_core.config import RunConfig
+from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
 
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
@@ -323,7 +323,7 @@ SURVIVOR = """
 import os, signal, sys, time
 import numpy as np
 from mpi4py import MPI
-from fast_core.runlog import RunLog, rank_file
+from fast_core.observers.runlog import RunLog, rank_file
 
 comm = MPI.COMM_WORLD
 comm.Set_errhandler(MPI.ERRORS_RETURN)

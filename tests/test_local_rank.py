@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fast_core
 from fast_core import LocalCluster
-from fast_core.runtime import host_placement
+from fast_core.runtime.process import host_placement
 
 
 def test_ranks_of_one_host_are_numbered_in_rank_order() -> None:

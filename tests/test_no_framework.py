@@ -10,7 +10,8 @@ FRAMEWORKS = ("torch", "tensorflow", "keras", "jax", "jaxlib", "flax", "optax")
 
 def test_fast_core_imports_no_framework() -> None:
     code = (
-        "import sys, fast_core, fast_core.engine.mpi, fast_core.numpy_model, fast_core.datasets, fast_core.pipeline\n"
+        "import sys, fast_core, fast_core.engine.mpi, fast_core.model.numpy_model, fast_core.data.datasets\n"
+        "import fast_core.pipeline\n"
         f"loaded = [m for m in {FRAMEWORKS!r} if m in sys.modules]\n"
         "print(','.join(loaded))\n"
     )

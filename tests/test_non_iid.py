@@ -11,9 +11,9 @@ from cases_compose import simulate
 from training import BATCH, CLASSES, FEATURES, LR, task, train
 
 from fast_core import LocalCluster, Worker, make_strategy
+from fast_core.data.sharding import shard_by_label
 from fast_core.errors import ConfigError
-from fast_core.numpy_model import SGD, Momentum, SoftmaxRegression
-from fast_core.sharding import shard_by_label
+from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
 from fast_core.topology import make_topology
 
 STEPS = 30

@@ -11,7 +11,7 @@ from training import BATCH, CLASSES, FEATURES, LR, batch, reference_mean_gradien
 
 from fast_core import LocalCluster, Worker, make_strategy
 from fast_core.errors import ConfigError
-from fast_core.numpy_model import SGD, Momentum, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
 from fast_core.strategies import AsyncPS, SyncPS
 from fast_core.strategies.ps import shard_bounds
 from fast_core.strategies.spec import canonical_strategy
@@ -184,7 +184,7 @@ def test_staleness_holds_fast_workers_within_s_steps_of_the_slowest(staleness: i
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
-    from fast_core.datasets import digits, shard_indices
+    from fast_core.data.datasets import digits, shard_indices
 
     data, labels = digits()
     test = slice(1500, None)

@@ -18,10 +18,10 @@ from fast_cli import fast
 from fast_core.cli.guard import prefixed
 from fast_core.cli.launch import GUARD
 from fast_core.cli.summary import job_wall_clock, last
-from fast_core.config import rank_prefix
+from fast_core.config.run import rank_prefix
 from fast_core.engine.mpi_ft import replacement_commands
 from fast_core.errors import ConfigError
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 LINES = 30
 """Lines each rank of the chatty script prints; each is written in two pieces with a pause between."""

@@ -9,7 +9,7 @@ from training import CLASSES, FEATURES
 
 from fast_core import ConfigError, LocalCluster, Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies.sgp import SGP
 from fast_core.topology import TopologyError, ring
 

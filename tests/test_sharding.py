@@ -1,5 +1,5 @@
-"""The one sharding rule (fast_core.sharding); tests/tf_adapter/test_cross_framework_shards.py checks that the three
-adapters' shard() follow it (the tox env with all three frameworks)."""
+"""The one sharding rule (fast_core.data.sharding); tests/tf_adapter/test_cross_framework_shards.py checks that the
+three adapters' shard() follow it (the tox env with all three frameworks)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fast_core.sharding import shard_indices
+from fast_core.data.sharding import shard_indices
 
 
 @pytest.mark.parametrize("n,size", [(10, 3), (12, 4), (7, 2), (5, 5), (101, 8)])

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from fast_core import Worker
-from fast_core.config import RunConfig
+from fast_core.config.run import RunConfig
 from fast_core.engine.local import LocalCluster
 from fast_core.errors import ConfigError, PeerTimeout
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.simulate import ComputeTimes, LinkModel, SimCluster, Simulation, parse_rate, simulate
 from fast_core.simulate.run import run_threads
 

@@ -7,7 +7,7 @@ import pytest
 from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import LocalCluster, Worker, make_strategy
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import SGP
 
 ALL = [

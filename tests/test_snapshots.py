@@ -1,6 +1,6 @@
-"""The consensus model over time (fast_core.snapshots): each rank's snapshots at wall-clock points, averaged exactly
-(checked against a NumPy reference kept in memory, not against the files), only at points every rank reached, and
-the final consensus model at the job's stop; "consensus" records through the Worker's reporting.
+"""The consensus model over time (fast_core.observers.snapshots): each rank's snapshots at wall-clock points, averaged
+exactly (checked against a NumPy reference kept in memory, not against the files), only at points every rank reached,
+and the final consensus model at the job's stop; "consensus" records through the Worker's reporting.
 
 In-process on a LocalCluster; ranks sleep per step (the last rank longest), so they reach different numbers of
 points. No assertion is on an absolute time.
@@ -18,10 +18,10 @@ from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import Budget, LocalCluster, Observer, Worker
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
-from fast_core.reporting import Reporter
-from fast_core.runlog import read_run
-from fast_core.snapshots import Snapshots, consensus_curve, loaded, record_consensus_curve
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers.reporting import Reporter
+from fast_core.observers.runlog import read_run
+from fast_core.observers.snapshots import Snapshots, consensus_curve, loaded, record_consensus_curve
 
 EVERY = 0.03
 """Seconds between snapshots."""

@@ -1,4 +1,4 @@
-"""A Worker survives a lost rank (fast_core.survival) on the in-process engine with fault tolerance, under every
+"""A Worker survives a lost rank (fast_core.runtime.survival) on the in-process engine with fault tolerance, under every
 strategy: the survivors shrink, heal the topology, restart from their average and finish the shared budget. The
 same code runs under Open MPI with ULFM against real kill -9 (tests/test_survival_mpi.py)."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from fast_core import Budget, LocalCluster, PeerLost, Worker
-from fast_core.budget import MAX_AHEAD
-from fast_core.datasets import batches, shard_indices, synthetic_classification
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.data.datasets import batches, shard_indices, synthetic_classification
+from fast_core.model.numpy_model import SoftmaxRegression
+from fast_core.runtime.budget import MAX_AHEAD
 from fast_core.topology import is_doubly_stochastic, make_topology
 from fast_core.topology.heal import heal
 
@@ -153,7 +153,7 @@ def test_heal_refuses_ranks_that_do_not_exist() -> None:
 
 
 def test_an_optimizer_state_array_survives_the_trip_to_a_replacement() -> None:
-    from fast_core.numpy_model import AdaGrad
+    from fast_core.model.numpy_model import AdaGrad
 
     model = SoftmaxRegression(4, 2, optimizer=AdaGrad())
     model.compute_gradients(np.ones((3, 4)), np.array([0, 1, 0]))

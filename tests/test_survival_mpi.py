@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fast_core.budget import MAX_AHEAD
+from fast_core.runtime.budget import MAX_AHEAD
 
 SCRIPT = Path(__file__).with_name("survival_mpi.py")
 ROOT = SCRIPT.parent.parent

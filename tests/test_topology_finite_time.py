@@ -15,7 +15,7 @@ import pytest
 from fast_core import LocalCluster, Worker
 from fast_core.cli.topology import describe
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.topology import (
     Topology,
     TopologyError,

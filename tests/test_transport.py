@@ -9,12 +9,12 @@ import pytest
 from training import CLASSES, FEATURES
 
 import fast_core
-from fast_core import runtime
+import fast_core.runtime.process as runtime
 from fast_core.engine import LocalCluster, LocalEngine, default_engine
 from fast_core.engine.metered import MeteredEngine
 from fast_core.errors import FastError, PeerTimeout
 from fast_core.metrics import Metrics
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import AsyncAveraging
 from fast_core.transport import Mailbox, framing
 

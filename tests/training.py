@@ -11,9 +11,9 @@ import time
 import numpy as np
 
 from fast_core import Worker
-from fast_core.datasets import shard_indices, synthetic_classification
+from fast_core.data.datasets import shard_indices, synthetic_classification
 from fast_core.engine import Engine
-from fast_core.numpy_model import SGD, SoftmaxRegression
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.topology import make_topology
 
 FEATURES, CLASSES, BATCH, LR = 20, 4, 32, 0.2

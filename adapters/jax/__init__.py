@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("fast_jax needs JAX and optax: pip install 'fast-training[jax]'") from exc
 
-from fast_core.runtime import init, rank, size
+from fast_core.runtime.process import init, rank, size
 
 from .api import broadcast, shard, sum  # noqa: A004 - Horovod's and torch.distributed's name
 from .checkpoint import load_checkpoint, save_checkpoint

@@ -10,9 +10,9 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from fast_core import Engine
-from fast_core.collectives import broadcast_arrays, sum_arrays
-from fast_core.runtime import init
-from fast_core.sharding import shard_arrays
+from fast_core.data.sharding import shard_arrays
+from fast_core.engine.collectives import broadcast_arrays, sum_arrays
+from fast_core.runtime.process import init
 
 from .flat import host_leaves
 
@@ -46,7 +46,7 @@ def shard(
 ) -> tuple[np.ndarray, ...]:
     """This rank's share of equally long arrays (e.g. ``x, y = shard(x, y)``), the same samples for each array.
 
-    The rule every adapter uses (``fast_core.sharding.shard_indices``, torch's DistributedSampler's): equal shares
+    The rule every adapter uses (``fast_core.data.sharding.shard_indices``, torch's DistributedSampler's): equal shares
     on every rank, so lockstep strategies run the same number of steps; ``drop_last=False`` repeats up to
     ``size - 1`` samples to get there, ``drop_last=True`` leaves up to ``size - 1`` out.
     """

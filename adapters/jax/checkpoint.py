@@ -1,9 +1,9 @@
 """save_checkpoint / load_checkpoint for a ``fast_jax.distributed`` step: the job's consensus params, the ranks'
-average of the optax state and FAST's state in one file that resumes on any number of ranks (fast_core.checkpoint
-does the collective work and the atomic write; nothing is pickled).
+average of the optax state and FAST's state in one file that resumes on any number of ranks
+(fast_core.runtime.checkpoint does the collective work and the atomic write; nothing is pickled).
 
 The optax state's leaves are saved as named arrays ``opt/<key path>`` and averaged over ranks like the params
-(integer leaves such as Adam's step count are averaged and rounded down, as ``fast_core.collectives`` casts).
+(integer leaves such as Adam's step count are averaged and rounded down, as ``fast_core.engine.collectives`` casts).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 import jax
-from fast_core import checkpoint
-from fast_core.checkpoint import Checkpoint, CheckpointError
+from fast_core.runtime import checkpoint
+from fast_core.runtime.checkpoint import Checkpoint, CheckpointError
 
 from .flat import host_leaves
 from .step import DistributedStep

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from fast_core import Engine, Strategy
 from fast_core.pipeline.partition import balanced_split
 from fast_core.pipeline.stage import DecoupledStage, split_bounds
-from fast_core.runtime import init as default_engine
+from fast_core.runtime.process import init as default_engine
 from fast_core.strategies.spec import resolve_strategy
 
 from .step import DistributedStep

@@ -16,7 +16,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from fast_core import Engine
-from fast_core.flat import FlatLayout, check_same_layout
+from fast_core.model.flat import FlatLayout, check_same_layout
 
 BUFFER_DTYPES = ("float32", "float64")
 

@@ -16,8 +16,8 @@ import optax
 import jax
 import jax.numpy as jnp
 from fast_core import Budget, Engine, Strategy, Worker
-from fast_core.collectives import average_arrays
-from fast_core.runtime import init
+from fast_core.engine.collectives import average_arrays
+from fast_core.runtime.process import init
 
 from .api import broadcast
 from .flat import FlatTree, host_leaves

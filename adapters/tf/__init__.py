@@ -25,8 +25,8 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 if int(keras.__version__.split(".")[0]) < 3:  # pragma: no cover - tf.keras 2 has another callback API
     raise ImportError(f"fast_tf needs Keras 3, found keras {keras.__version__}: pip install 'keras>=3'")
 
-from fast_core.collectives import average_logs
-from fast_core.runtime import init, rank, size
+from fast_core.engine.collectives import average_logs
+from fast_core.runtime.process import init, rank, size
 
 from .callback import Callback
 from .checkpoint import save_checkpoint

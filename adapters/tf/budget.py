@@ -1,4 +1,4 @@
-"""fast_tf.Callback under a shared work budget (``fast_core.budget``): ``model.fit`` trains whole batches.
+"""fast_tf.Callback under a shared work budget (``fast_core.runtime.budget``): ``model.fit`` trains whole batches.
 
 Keras checks ``model.stop_training`` only after a batch has trained (``on_train_batch_end``, see the fit loops of
 ``keras/src/backend/*/trainer.py``), and this callback never overrides that hook (it would turn off Keras'
@@ -25,7 +25,7 @@ import keras
 import numpy as np
 
 from fast_core import ConfigError, Worker
-from fast_core.collectives import min_max
+from fast_core.engine.collectives import min_max
 
 from .model import KerasModel
 

@@ -19,8 +19,8 @@ import keras
 import numpy as np
 
 from fast_core import Budget, ConfigError, Engine, Strategy, Worker
-from fast_core.collectives import average_logs, min_max
-from fast_core.runtime import init
+from fast_core.engine.collectives import average_logs, min_max
+from fast_core.runtime.process import init
 from fast_core.strategies.spec import resolve_strategy
 
 from .budget import Grants, check_budget_options

@@ -1,6 +1,6 @@
 """save_checkpoint / resume for ``model.fit`` with fast_tf.Callback: the job's consensus model, the ranks' average
 of the optimizer's variables and of the floating non-trainable ones (BatchNorm statistics), and FAST's state in one
-file that resumes on any number of ranks (fast_core.checkpoint does the collective work and the atomic write).
+file that resumes on any number of ranks (fast_core.runtime.checkpoint does the collective work and the atomic write).
 
 Keras' own ``ModelCheckpoint`` writes each rank's replica, which under a decentralized strategy is not the model
 the job trained. Here the optimizer's variables (``iterations``, the learning rate, momenta, Adam's moments) are
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import keras
 
-from fast_core import checkpoint
-from fast_core.checkpoint import Checkpoint, CheckpointError
+from fast_core.runtime import checkpoint
+from fast_core.runtime.checkpoint import Checkpoint, CheckpointError
 
 from .variables import dtype_of, floating
 

@@ -4,7 +4,7 @@ What Horovod's ``hvd.allreduce(tensor)`` is used for (a validation loss, a count
 NumPy array, a Keras tensor (``keras.ops``, any backend) or variable, or a list/tuple/dict of them, sent as one
 message for all, never pickled, and handed back in the same structure with each value in its own dtype and shape (a
 variable comes back as a tensor; the variable is left as it is). Every rank must call them together. The structure
-and the checks are fast_core's (``fast_core.nested``); this file says how a Keras tensor crosses.
+and the checks are fast_core's (``fast_core.interop.nested``); this file says how a Keras tensor crosses.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from fast_core import Engine, nested
+from fast_core import Engine
+from fast_core.interop import nested
 
 
 def average(value: Any, engine: Engine | None = None) -> Any:

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 
 from fast_core import Engine
-from fast_core.runtime import init
-from fast_core.sharding import shard_arrays, shard_indices, shard_size
+from fast_core.data.sharding import shard_arrays, shard_indices, shard_size
+from fast_core.runtime.process import init
 
 
 def shard(
@@ -25,7 +25,7 @@ def shard(
 ) -> Any:
     """This rank's share of ``data``: arrays of the same length (x, y, sample weights...) or one tf.data dataset.
 
-    The rule every adapter uses (``fast_core.sharding.shard_indices``, torch's DistributedSampler's): the samples
+    The rule every adapter uses (``fast_core.data.sharding.shard_indices``, torch's DistributedSampler's): the samples
     in a seeded order (``seed + epoch``; ``shuffle=False``: as given) dealt round-robin, in equal shares, so every
     rank runs the same number of steps per epoch, which synchronous strategies need (``fast_tf.Callback`` checks
     it). ``drop_last=False`` repeats up to ``size - 1`` samples to get equal shares, ``drop_last=True`` leaves up

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import keras
 import numpy as np
 
-from fast_core.flat import FlatLayout
+from fast_core.model.flat import FlatLayout
 
 from .variables import handoff, layout_of, read_flat, write_flat
 

@@ -13,9 +13,9 @@ import keras
 import numpy as np
 
 from fast_core import Engine
-from fast_core.collectives import average_arrays, broadcast_arrays
-from fast_core.flat import FlatLayout
-from fast_core.runtime import init
+from fast_core.engine.collectives import average_arrays, broadcast_arrays
+from fast_core.model.flat import FlatLayout
+from fast_core.runtime.process import init
 
 FLOATS = ("float16", "float32", "float64")
 

@@ -16,7 +16,7 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("fast_torch needs PyTorch: pip install 'fast-training[torch]'") from exc
 
-from fast_core.runtime import init, rank, size
+from fast_core.runtime.process import init, rank, size
 
 from .api import average_model, broadcast_parameters, consensus_copy, join, shard
 from .checkpoint import load_checkpoint, save_checkpoint

@@ -9,8 +9,8 @@ from copy import deepcopy
 
 import torch
 from fast_core import Engine
-from fast_core.runtime import init as default_engine
-from fast_core.sharding import shard_indices
+from fast_core.data.sharding import shard_indices
+from fast_core.runtime.process import init as default_engine
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from .optimizer import _WORKERS
@@ -51,8 +51,8 @@ def consensus_copy(model: torch.nn.Module, buffers: bool = True, engine: Engine 
     """A copy of ``model`` holding the mean over ranks of its parameters (and floating buffers, unless
     ``buffers=False``), e.g. to evaluate the consensus model mid-training; this rank's own model and its worker
     are left as they are. Collective: every rank must call it at the same point, so under an asynchronous strategy
-    the ranks wait for each other there (the slowest sets the pace once per call); ``fast_core.snapshots`` measures
-    the consensus model over time without any wait."""
+    the ranks wait for each other there (the slowest sets the pace once per call); ``fast_core.observers.snapshots``
+    measures the consensus model over time without any wait."""
     worker = _WORKERS.get(model)
     engine = engine or (worker.engine if worker is not None else default_engine())
     copy = deepcopy(model)
@@ -82,7 +82,7 @@ def join(optimizer: torch.optim.Optimizer) -> Iterator[None]:
 
 
 class ShardSampler(DistributedSampler):
-    """A DistributedSampler that deals the indices by ``fast_core.sharding.shard_indices``, so a torch rank gets
+    """A DistributedSampler that deals the indices by ``fast_core.data.sharding.shard_indices``, so a torch rank gets
     the very samples a fast_tf or fast_jax rank gets for the same seed (torch's own permutation differs)."""
 
     def __iter__(self) -> Iterator[int]:
@@ -105,7 +105,7 @@ def shard(
 ) -> DataLoader:
     """This rank's share of a dataset (or of a DataLoader's dataset), as a DataLoader with a :class:`ShardSampler`.
 
-    The rule every adapter uses (``fast_core.sharding.shard_indices``, DistributedSampler's): equal shares on
+    The rule every adapter uses (``fast_core.data.sharding.shard_indices``, DistributedSampler's): equal shares on
     every rank, so lockstep strategies run the same number of steps; ``drop_last=False`` repeats up to ``size - 1``
     samples to get there, ``drop_last=True`` leaves up to ``size - 1`` out. Call ``loader.sampler.set_epoch(e)``
     each epoch for a new order (``epoch`` is the first one's). ``drop_last=True`` also drops the loader's last

@@ -1,5 +1,5 @@
 """save_checkpoint / load_checkpoint: the job's consensus model, its optimizer state and FAST's state in one file
-that resumes on any number of ranks (fast_core.checkpoint does the collective work and the atomic write).
+that resumes on any number of ranks (fast_core.runtime.checkpoint does the collective work and the atomic write).
 
 The optimizer's per-parameter tensors (SGD's momentum buffer, Adam's moments and step, ...) are flattened to named
 arrays ``optim/<parameter index>/<key>`` and averaged over ranks like the parameters; its hyper-parameters (lr,
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 import torch
-from fast_core import checkpoint
-from fast_core.checkpoint import Checkpoint, CheckpointError
+from fast_core.runtime import checkpoint
+from fast_core.runtime.checkpoint import Checkpoint, CheckpointError
 
 from .optim_state import optimizer_arrays, optimizer_state
 from .optimizer import worker_of

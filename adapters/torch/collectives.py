@@ -3,7 +3,7 @@
 What Horovod's ``hvd.allreduce(tensor)`` is used for (a validation loss, a count of correct answers): a value, a
 tensor, or a list/tuple/dict of them, sent as one message for all, never pickled, and handed back in the same
 structure with each tensor in its own dtype and on its own device. Every rank must call them together. The
-structure and the checks are fast_core's (``fast_core.nested``); this file says how a torch tensor crosses.
+structure and the checks are fast_core's (``fast_core.interop.nested``); this file says how a torch tensor crosses.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 import torch
-from fast_core import Engine, nested
+from fast_core import Engine
+from fast_core.interop import nested
 
 from .staging import as_numpy
 

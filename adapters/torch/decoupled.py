@@ -26,7 +26,7 @@ import torch
 from fast_core import Engine, Strategy
 from fast_core.pipeline.partition import balanced_split
 from fast_core.pipeline.stage import DecoupledStage, split_bounds
-from fast_core.runtime import init as default_engine
+from fast_core.runtime.process import init as default_engine
 
 from .optimizer import DistributedOptimizer
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 import torch
-from fast_core.flat import FlatLayout
+from fast_core.model.flat import FlatLayout
 
 from .optim_state import optimizer_arrays, optimizer_state
 from .staging import FLOATS, Groups, mixing_dtype

@@ -1,5 +1,5 @@
 """A torch optimizer's per-parameter state as named NumPy arrays, and back: what checkpoints save and what a live
-rank gives a replacement of a lost one (``fast_core.survival``), never pickled.
+rank gives a replacement of a lost one (``fast_core.runtime.survival``), never pickled.
 
 Names are ``optim/<parameter index>/<key>``; a number (Adam's step as a Python float) is a 0-d float64 array whose
 name ends in ``#number``.

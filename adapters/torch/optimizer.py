@@ -11,7 +11,7 @@ import weakref
 
 import torch
 from fast_core import Budget, Engine, Strategy, Worker
-from fast_core.runtime import init as default_engine
+from fast_core.runtime.process import init as default_engine
 
 from .model import TorchModel
 from .tensors import broadcast_tensors, floating_tensors

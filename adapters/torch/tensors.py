@@ -6,7 +6,7 @@ import numpy as np
 
 import torch
 from fast_core import Engine
-from fast_core.collectives import average_arrays, broadcast_arrays
+from fast_core.engine.collectives import average_arrays, broadcast_arrays
 
 from .staging import as_numpy
 

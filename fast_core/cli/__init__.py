@@ -9,9 +9,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..errors import ConfigError
-from . import bench, model, run, simulate, topology
-from .common import CLIError
+from fast_core.cli import bench, model, run, simulate, topology
+from fast_core.cli.common import CLIError
+from fast_core.errors import ConfigError
 
 
 def parser() -> argparse.ArgumentParser:

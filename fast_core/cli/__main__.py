@@ -1,5 +1,5 @@
 """``python -m fast_core.cli``: the `fast` command, for environments whose scripts folder is not on PATH."""
 
-from . import main
+from fast_core.cli import main
 
 main()

@@ -22,15 +22,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import RunConfig
-from ..runlog import read_run
-from ..straggler import calibrated_seconds, compute_per_step
-from .common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
-from .frameworks import FRAMEWORKS, Framework
-from .launch import Job, find_mpiexec, python_target, run_job
-from .plots import plot
-from .run import add_launch_options, launch_variables, run_config, started, write_run_file
-from .summary import CONSENSUS, Records, Row, compare, markdown, median, summarize, write_csv
+from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
+from fast_core.cli.frameworks import FRAMEWORKS, Framework
+from fast_core.cli.launch import Job, find_mpiexec, python_target, run_job
+from fast_core.cli.plots import plot
+from fast_core.cli.run import add_launch_options, launch_variables, run_config, started, write_run_file
+from fast_core.cli.summary import CONSENSUS, Records, Row, compare, markdown, median, summarize, write_csv
+from fast_core.config.run import RunConfig
+from fast_core.observers.runlog import read_run
+from fast_core.observers.straggler import calibrated_seconds, compute_per_step
 
 DDP = "DDP"
 DEFAULT_STRATEGIES = "allreduce,dpsgd,async,sgp"

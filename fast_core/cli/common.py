@@ -9,10 +9,10 @@ import re
 import sys
 from pathlib import Path
 
-from ..config import RunConfig, environment
-from ..strategies import Strategy
-from ..strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
-from ..topology import make_topology
+from fast_core.config.run import RunConfig, environment
+from fast_core.strategies import Strategy
+from fast_core.strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
+from fast_core.topology import make_topology
 
 
 class CLIError(Exception):

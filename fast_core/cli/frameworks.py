@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from .common import CLIError
+from fast_core.cli.common import CLIError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from ..runlog import rank_file
+from fast_core.observers.runlog import rank_file
 
 POLL_SECONDS = 0.25
 

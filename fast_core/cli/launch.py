@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .common import CLIError, say
-from .guard import relay_lines
+from fast_core.cli.common import CLIError, say
+from fast_core.cli.guard import relay_lines
 
 INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
 FT_INSTALL_HINT = (

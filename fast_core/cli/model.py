@@ -12,11 +12,11 @@ import csv
 import dataclasses
 from pathlib import Path
 
-from ..perfmodel import Layer, Machine, Prediction, parse_layers, predict
-from ..perfmodel.layers import parameter_count
-from ..perfmodel.pipeline import decoupled_tick, gpipe_step, pipeline_terms
-from ..simulate import parse_rate
-from .common import CLIError, positive, say
+from fast_core.cli.common import CLIError, positive, say
+from fast_core.perfmodel import Layer, Machine, Prediction, parse_layers, predict
+from fast_core.perfmodel.layers import parameter_count
+from fast_core.perfmodel.pipeline import decoupled_tick, gpipe_step, pipeline_terms
+from fast_core.simulate import parse_rate
 
 DEFAULT = "allreduce,dpsgd:ring,async:torus,ps,localsgd:period=8,easgd"
 SWEEPS = {  # axis: (label, values as factors of the base, or absolute for size and batch)
@@ -58,7 +58,7 @@ def add_parser(subparsers) -> None:
 
 def machine_from(args: argparse.Namespace) -> Machine:
     if args.calibrate:
-        from ..perfmodel.calibrate import calibrate
+        from fast_core.perfmodel.calibrate import calibrate
 
         machine = calibrate(ranks_per_machine=args.ranks_per_machine or 1)
         if args.machine is not None:

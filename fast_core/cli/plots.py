@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .summary import CONSENSUS, Records, Row, accuracy_curve
+from fast_core.cli.summary import CONSENSUS, Records, Row, accuracy_curve
 
 
 def _series(records: list[dict[str, Any]], kind: str, key: str) -> tuple[list[float], list[float], list[float]]:

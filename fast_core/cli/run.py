@@ -1,6 +1,6 @@
 """``fast run -n 4 [--strategy S] [--topology T] script.py [args]``: N workers on this machine, no mpiexec flags.
 
-The launcher builds one run configuration (``fast_core.config.RunConfig``: strategy, topology, straggler, run
+The launcher builds one run configuration (``fast_core.config.run.RunConfig``: strategy, topology, straggler, run
 folder, progress, work budget) and writes it into the ranks' environment; each rank's Worker reads it back, so the
 script needs no arguments of its own.
 """
@@ -17,13 +17,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import RunConfig, environment, rank_prefix
-from ..runlog import RUN_FILE, read_run, run_sizes
-from . import plots
-from .common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
-from .job_bar import JobBar
-from .launch import Job, bad_exits, first_exit, python_target, run_job
-from .summary import summarize
+from fast_core.cli import plots
+from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
+from fast_core.cli.job_bar import JobBar
+from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.summary import summarize
+from fast_core.config.run import RunConfig, environment, rank_prefix
+from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
 
 EXITS = "exits"
 """The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open

@@ -13,9 +13,9 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..simulate import ComputeTimes, LinkModel, Simulation, SimulationResult, parse_rate, simulate
-from .common import CLIError, positive, say
+from fast_core.cli.common import CLIError, positive, say
+from fast_core.errors import ConfigError
+from fast_core.simulate import ComputeTimes, LinkModel, Simulation, SimulationResult, parse_rate, simulate
 
 DEFAULT_STRATEGIES = ("allreduce", "dpsgd:ring", "async:ring", "easgd:synchronous=false", "gossip:synchronous=false")
 

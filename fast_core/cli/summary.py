@@ -1,6 +1,6 @@
-"""`fast bench`'s table: one row per run, computed from the run's per-rank records (fast_core.runlog).
+"""`fast bench`'s table: one row per run, computed from the run's per-rank records (fast_core.observers.runlog).
 
-The figures describe the job a user waits for (fast_core.reporting says where each time comes from): its
+The figures describe the job a user waits for (fast_core.observers.reporting says where each time comes from): its
 wall-clock runs from the earliest rank's start (the worker's start is collective: the common start) to the last
 rank's stop (the end of its last step), and its samples/s divides all ranks' samples by that wall-clock. Each
 rank's own rate (its samples over its own training time) is kept apart, named per-rank: a sum of those is no

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..topology import TOPOLOGIES, Topology, is_doubly_stochastic, make_topology, spectral_gap
-from .common import CLIError, positive, say
+from fast_core.cli.common import CLIError, positive, say
+from fast_core.topology import TOPOLOGIES, Topology, is_doubly_stochastic, make_topology, spectral_gap
 
 
 def add_parser(subparsers) -> None:

@@ -13,12 +13,12 @@ a dense one (``CodedService``), as do asynchronous gossip's push and pull boxes 
 
 from __future__ import annotations
 
-from .codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
-from .feedback import ErrorFeedback
-from .mailbox import CodedMailbox, open_mailbox
-from .registry import make_codec
-from .service import CodedService, open_service
-from .wire import ParameterWire, gradient_codec, message_seed, parameter_codec
+from fast_core.compression.codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
+from fast_core.compression.feedback import ErrorFeedback
+from fast_core.compression.mailbox import CodedMailbox, open_mailbox
+from fast_core.compression.registry import make_codec
+from fast_core.compression.service import CodedService, open_service
+from fast_core.compression.wire import ParameterWire, gradient_codec, message_seed, parameter_codec
 
 __all__ = [
     "BFloat16",

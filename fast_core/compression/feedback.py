@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codecs import Codec
+from fast_core.compression.codecs import Codec
 
 
 class ErrorFeedback:

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine import Engine
-from ..transport.mailbox import Mailbox, Message
-from .codecs import Codec
-from .feedback import ErrorFeedback
-from .wire import message_seed
+from fast_core.compression.codecs import Codec
+from fast_core.compression.feedback import ErrorFeedback
+from fast_core.compression.wire import message_seed
+from fast_core.engine import Engine
+from fast_core.transport.mailbox import Mailbox, Message
 
 
 class CodedMailbox(Mailbox):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
+from fast_core.compression.codecs import BFloat16, Codec, Float16, Int8, RandomK, TopK
 
 _CODECS = {"none": Codec, "fp16": Float16, "bf16": BFloat16, "int8": Int8, "topk": TopK, "randomk": RandomK}
 _OPTIONS = {"block": ("block", int), "ratio": ("ratio_kept", float)}

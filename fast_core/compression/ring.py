@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import Engine
-from .codecs import Codec
+from fast_core.compression.codecs import Codec
+from fast_core.engine import Engine
 
 
 def ring_allreduce(engine: Engine, buf: np.ndarray, codec: Codec, tag: int) -> None:

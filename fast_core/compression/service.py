@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine import Engine
-from ..transport.service import Handler, ReplyHandler, RequestService
-from .codecs import Codec
+from fast_core.compression.codecs import Codec
+from fast_core.engine import Engine
+from fast_core.transport.service import Handler, ReplyHandler, RequestService
 
 
 class CodedService(RequestService):

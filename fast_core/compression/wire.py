@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine import Engine, Request
-from .codecs import Codec, RandomK, TopK
-from .feedback import ErrorFeedback
-from .registry import make_codec
+from fast_core.compression.codecs import Codec, RandomK, TopK
+from fast_core.compression.feedback import ErrorFeedback
+from fast_core.compression.registry import make_codec
+from fast_core.engine import Engine, Request
 
 
 def parameter_codec(compress: str | None, who: str) -> Codec | None:

@@ -6,10 +6,10 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ..config import FAULT_TOLERANT_VARIABLE, environment
-from ..errors import ConfigError
-from .base import DEFAULT_TIMEOUT, Engine, Request
-from .local import LocalCluster, LocalEngine
+from fast_core.config.run import FAULT_TOLERANT_VARIABLE, environment
+from fast_core.engine.base import DEFAULT_TIMEOUT, Engine, Request
+from fast_core.engine.local import LocalCluster, LocalEngine
+from fast_core.errors import ConfigError
 
 _LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
@@ -23,10 +23,10 @@ def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | N
     if fault_tolerant is None:
         fault_tolerant = environment().fault_tolerant
     if not fault_tolerant:
-        from .mpi import MPIEngine
+        from fast_core.engine.mpi import MPIEngine
 
         return MPIEngine(comm, timeout)
-    from .mpi import _mpi
+    from fast_core.engine.mpi import _mpi
 
     MPI = _mpi()
     problem = ulfm_problem(MPI.Get_library_version(), os.environ)
@@ -36,7 +36,7 @@ def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | N
             f"rank {rank}: {FAULT_TOLERANT_VARIABLE}=1 needs Open MPI with ULFM under `mpiexec --with-ft ulfm`, but "
             f"{problem}; launch with `fast run --fault-tolerant` (which needs pip install 'fast-training[mpi-ft]')"
         )
-    from .mpi_ft import FaultTolerantMPIEngine
+    from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
 
     return FaultTolerantMPIEngine(comm, timeout, max_restarts=environment().max_restarts)
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..config import DEFAULT_TIMEOUT, check_timeout, environment
-from ..errors import MessageError, PeerFailed, PeerTimeout
+from fast_core.config.run import DEFAULT_TIMEOUT, check_timeout, environment
+from fast_core.errors import MessageError, PeerFailed, PeerTimeout
 
 __all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
 
@@ -34,8 +34,8 @@ MAX_USER_TAG = 30000
 COLLECTIVE_KINDS = ("gradients", "parameters", "job")
 """Kinds of collective that can never match one another: ``allreduce(buf, kind=...)`` and ``broadcast(...,
 kind=...)``. "gradients": a strategy averaging gradients in training; "parameters": a strategy averaging
-parameters in training (local SGD); "job": whole-job operations of ``fast_core.collectives`` (the consensus model,
-start-up broadcast, epoch-end restarts, averaged logs). A collective without a kind (control numbers, checks)
+parameters in training (local SGD); "job": whole-job operations of ``fast_core.engine.collectives`` (the consensus
+model, start-up broadcast, epoch-end restarts, averaged logs). A collective without a kind (control numbers, checks)
 matches only collectives without one.
 
 Why: collectives of a communicator match by their order alone, so a rank averaging the consensus model

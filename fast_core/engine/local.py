@@ -25,8 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import PeerFailed, PeerLost, PeerTimeout
-from .base import (
+from fast_core.engine.base import (
     Engine,
     Request,
     check_color,
@@ -37,7 +36,8 @@ from .base import (
     deliver,
     resolve_timeout,
 )
-from .membership import Membership, Shrink
+from fast_core.engine.membership import Membership, Shrink
+from fast_core.errors import PeerFailed, PeerLost, PeerTimeout
 
 _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 

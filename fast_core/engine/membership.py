@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import PeerFailed, PeerLost, PeerTimeout
+from fast_core.errors import PeerFailed, PeerLost, PeerTimeout
 
 
 class Membership:

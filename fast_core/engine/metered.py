@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from ..metrics import Metrics
-from .base import Engine, Request
+from fast_core.engine.base import Engine, Request
+from fast_core.metrics import Metrics
 
 
 class _Meter:

@@ -12,8 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..errors import MessageError, PeerFailed, PeerTimeout
-from .base import (
+from fast_core.engine.base import (
     COLLECTIVE_KINDS,
     MAX_USER_TAG,
     Engine,
@@ -27,6 +26,7 @@ from .base import (
     resolve_timeout,
     timeout_error,
 )
+from fast_core.errors import MessageError, PeerFailed, PeerTimeout
 
 _THREAD_LEVELS = ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")
 _DIAGNOSE_TAG = MAX_USER_TAG + 1

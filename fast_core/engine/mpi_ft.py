@@ -26,10 +26,10 @@ import time
 
 import numpy as np
 
-from ..config import guard_command
-from ..errors import FastError, PeerLost, PeerTimeout
-from .base import Request
-from .mpi import MPIEngine, _error_text, _mpi
+from fast_core.config.run import guard_command
+from fast_core.engine.base import Request
+from fast_core.engine.mpi import MPIEngine, _error_text, _mpi
+from fast_core.errors import FastError, PeerLost, PeerTimeout
 
 log = logging.getLogger("fast")
 

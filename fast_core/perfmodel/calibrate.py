@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .machine import Machine
+from fast_core.perfmodel.machine import Machine
 
 __all__ = ["calibrate", "ping_pong"]
 
@@ -58,9 +58,9 @@ PROBE_FEATURES = 1000
 
 def step_seconds(engine, features: int, steps: int) -> float:
     """Seconds of a Worker's step of softmax regression (``features`` x 100) under all-reduce, on one sample."""
-    from ..config import RunConfig
-    from ..numpy_model import SoftmaxRegression
-    from ..worker import Worker
+    from fast_core.config.run import RunConfig
+    from fast_core.model.numpy_model import SoftmaxRegression
+    from fast_core.runtime.worker import Worker
 
     model = SoftmaxRegression(features, 100 if features > 1 else 2)
     worker = Worker(model, "allreduce", engine, config=RunConfig()).start()
@@ -113,7 +113,7 @@ def ping_pong(engine, repeats: int = 20) -> dict[int, float]:
 def _links_from(found: dict[str, float]) -> tuple[float, float, float, float]:
     """Latency, bandwidth, the fixed step overhead and the overhead per parameter byte: the larger probe's step
     beyond the smaller one's and beyond the all-reduce the links predict (copies, checks, reductions in memory)."""
-    from ..simulate.links import LinkModel
+    from fast_core.simulate.links import LinkModel
 
     small, large = _SIZES
     latency = found[str(small)]
@@ -133,7 +133,7 @@ def measure_pair(ranks: int = 2) -> tuple[float, float, float, float, str]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode == 0:
             return (*_links_from(json.loads(done.stdout.strip().splitlines()[-1])), f"{ranks} MPI ranks under mpiexec")
-    from ..engine.local import LocalCluster
+    from fast_core.engine.local import LocalCluster
 
     return (*_links_from(LocalCluster(ranks).run(_measure)[0]), f"{ranks} threads of one process (no mpiexec)")
 
@@ -181,7 +181,7 @@ def calibrate(dtype_bytes: int = 8, ranks_per_machine: int = 1) -> Machine:
 
 
 if __name__ == "__main__":  # one rank of measure_links' ping-pong
-    from ..engine.mpi import MPIEngine
+    from fast_core.engine.mpi import MPIEngine
 
     engine = MPIEngine()
     measured = _measure(engine)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from .machine import Machine
+from fast_core.errors import ConfigError
+from fast_core.perfmodel.machine import Machine
 
 __all__ = ["Layer", "conv2d", "dense", "parse_layers", "step_compute_seconds"]
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..errors import ConfigError
+from fast_core.errors import ConfigError
 
 __all__ = ["Machine"]
 

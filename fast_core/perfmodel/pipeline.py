@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..simulate.links import LinkModel
-from .layers import Layer, parameter_count, step_compute_seconds, update_seconds
-from .machine import Machine
+from fast_core.perfmodel.layers import Layer, parameter_count, step_compute_seconds, update_seconds
+from fast_core.perfmodel.machine import Machine
+from fast_core.simulate.links import LinkModel
 
 __all__ = ["StageTerms", "data_parallel_step", "decoupled_tick", "gpipe_step", "pipeline_terms", "split_by_flops"]
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..simulate.links import LinkModel
-from ..strategies.spec import make_strategy, parse_strategy
-from ..topology import make_topology
-from .layers import Layer, parameter_count, step_compute_seconds
-from .machine import Machine
+from fast_core.errors import ConfigError
+from fast_core.perfmodel.layers import Layer, parameter_count, step_compute_seconds
+from fast_core.perfmodel.machine import Machine
+from fast_core.simulate.links import LinkModel
+from fast_core.strategies.spec import make_strategy, parse_strategy
+from fast_core.topology import make_topology
 
 __all__ = ["MODELLED", "Prediction", "predict"]
 

@@ -3,10 +3,10 @@ ranks, the bounded channels between neighbouring stages, and the engine over a s
 
 from __future__ import annotations
 
-from ..engine import Engine
-from ..transport.tags import PipelineTag
-from .channel import Channel
-from .grid import Grid
+from fast_core.engine import Engine
+from fast_core.pipeline.channel import Channel
+from fast_core.pipeline.grid import Grid
+from fast_core.transport.tags import PipelineTag
 
 __all__ = ["Channel", "Grid", "PipelineTag", "replica_group"]
 

@@ -17,11 +17,11 @@ from collections import deque
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..config import check_timeout
-from ..engine import Engine, Request
-from ..engine.base import MAX_USER_TAG
-from ..errors import MessageError, PeerTimeout
-from ..transport import framing
+from fast_core.config.run import check_timeout
+from fast_core.engine import Engine, Request
+from fast_core.engine.base import MAX_USER_TAG
+from fast_core.errors import MessageError, PeerTimeout
+from fast_core.transport import framing
 
 __all__ = ["DTYPES", "MAX_NDIM", "Channel"]
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Engine
-from ..transport.tags import PipelineTag
-from . import replica_group
-from .channel import Channel
-from .grid import Grid
-from .partition import balanced_split
-from .schedule import Schedule
+from fast_core.engine import Engine
+from fast_core.pipeline import replica_group
+from fast_core.pipeline.channel import Channel
+from fast_core.pipeline.grid import Grid
+from fast_core.pipeline.partition import balanced_split
+from fast_core.pipeline.schedule import Schedule
+from fast_core.transport.tags import PipelineTag
 
 __all__ = ["DecoupledStage", "split_bounds"]
 

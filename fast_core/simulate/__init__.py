@@ -5,10 +5,10 @@ collectives that cost what their algorithm costs; a scheduler runs the workers' 
 of their virtual clocks; a runner trains a real NumPy model and measures the consensus model against virtual time.
 """
 
-from .engine import SimCluster, SimEngine
-from .links import LinkModel, parse_rate
-from .run import CurvePoint, Simulation, SimulationResult, simulate
-from .speeds import ComputeTimes
+from fast_core.simulate.engine import SimCluster, SimEngine
+from fast_core.simulate.links import LinkModel, parse_rate
+from fast_core.simulate.run import CurvePoint, Simulation, SimulationResult, simulate
+from fast_core.simulate.speeds import ComputeTimes
 
 __all__ = [
     "ComputeTimes",

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, deliver
-from ..errors import PeerTimeout
-from .links import LinkModel, LinkQueues
-from .scheduler import Deadlock, VirtualScheduler
+from fast_core.engine.base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, deliver
+from fast_core.errors import PeerTimeout
+from fast_core.simulate.links import LinkModel, LinkQueues
+from fast_core.simulate.scheduler import Deadlock, VirtualScheduler
 
 __all__ = ["SimCluster", "SimEngine"]
 

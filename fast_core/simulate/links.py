@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
+from fast_core.errors import ConfigError
 
 __all__ = ["LinkModel", "parse_rate"]
 

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import RunConfig
-from ..datasets import digits, train_test_split
-from ..engine import Engine
-from ..engine.local import LocalCluster
-from ..numpy_model import MLP, SGD, FlatModel, SoftmaxRegression
-from ..worker import Worker
-from .engine import SimCluster, SimEngine
-from .links import LinkModel
-from .speeds import ComputeTimes
+from fast_core.config.run import RunConfig
+from fast_core.data.datasets import digits, train_test_split
+from fast_core.engine import Engine
+from fast_core.engine.local import LocalCluster
+from fast_core.model.numpy_model import MLP, SGD, FlatModel, SoftmaxRegression
+from fast_core.runtime.worker import Worker
+from fast_core.simulate.engine import SimCluster, SimEngine
+from fast_core.simulate.links import LinkModel
+from fast_core.simulate.speeds import ComputeTimes
 
 __all__ = ["CurvePoint", "Simulation", "SimulationResult", "run_threads", "simulate"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
+from fast_core.errors import ConfigError
 
 __all__ = ["ComputeTimes"]
 

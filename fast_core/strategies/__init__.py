@@ -5,26 +5,26 @@ FAST, Gossip and EASGD each name a family: the constructor builds the synchronou
 the parameter server ``ParameterServer`` builds ``SyncPS`` or ``AsyncPS`` from its ``mode``.
 """
 
-from .adpsgd import ADPSGD
-from .allreduce import AllReduce
-from .async_avg import AsyncAveraging
-from .base import Strategy
-from .choco import CHOCO
-from .compose import Every, Schedule, warmup
-from .diloco import DiLoCo
-from .dpsgd import DPSGD
-from .easgd import EASGD, SyncEASGD
-from .easgd_async import AsyncEASGD
-from .fast import FAST, SyncFAST
-from .fast_async import AsyncFAST
-from .gossip import Gossip, SyncGossip
-from .gossip_async import AsyncGossip
-from .local_sgd import LocalSGD, ParameterAverage
-from .ps import ParameterServer, SyncPS
-from .ps_async import AsyncPS
-from .sgp import SGP
-from .spec import STRATEGIES, make_strategy, parse_strategy
-from .tracking import GradientTracking
+from fast_core.strategies.adpsgd import ADPSGD
+from fast_core.strategies.allreduce import AllReduce
+from fast_core.strategies.async_avg import AsyncAveraging
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.choco import CHOCO
+from fast_core.strategies.compose import Every, Schedule, warmup
+from fast_core.strategies.diloco import DiLoCo
+from fast_core.strategies.dpsgd import DPSGD
+from fast_core.strategies.easgd import EASGD, SyncEASGD
+from fast_core.strategies.easgd_async import AsyncEASGD
+from fast_core.strategies.fast import FAST, SyncFAST
+from fast_core.strategies.fast_async import AsyncFAST
+from fast_core.strategies.gossip import Gossip, SyncGossip
+from fast_core.strategies.gossip_async import AsyncGossip
+from fast_core.strategies.local_sgd import LocalSGD, ParameterAverage
+from fast_core.strategies.ps import ParameterServer, SyncPS
+from fast_core.strategies.ps_async import AsyncPS
+from fast_core.strategies.sgp import SGP
+from fast_core.strategies.spec import STRATEGIES, make_strategy, parse_strategy
+from fast_core.strategies.tracking import GradientTracking
 
 __all__ = [
     "ADPSGD",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..compression import parameter_codec
-from ..compression.ring import ring_allreduce
-from ..integrity import check_own
-from ..transport.tags import Tag
-from .base import Strategy
+from fast_core.compression import parameter_codec
+from fast_core.compression.ring import ring_allreduce
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.integrity import check_own
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class AllReduce(Strategy):

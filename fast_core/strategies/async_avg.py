@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import open_mailbox, parameter_codec
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..mixing import axpy
-from ..topology import Topology
-from .base import Strategy
-from .checks import static_topology
+from fast_core.compression import open_mailbox, parameter_codec
+from fast_core.errors import ConfigError
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import static_topology
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.topology import Topology
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class AsyncAveraging(Strategy):

@@ -14,15 +14,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from ..topology import make_topology
-from ..topology.heal import heal
+from fast_core.errors import ConfigError
+from fast_core.topology import make_topology
+from fast_core.topology.heal import heal
 
 if TYPE_CHECKING:
-    from ..contract import ModelAdapter
-    from ..engine import Engine
-    from ..flat import FlatLayout
-    from ..metrics import Metrics
+    from fast_core.engine import Engine
+    from fast_core.metrics import Metrics
+    from fast_core.model.contract import ModelAdapter
+    from fast_core.model.flat import FlatLayout
 
 
 class StepContext:

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..topology import Topology, make_topology
+from fast_core.errors import ConfigError
+from fast_core.topology import Topology, make_topology
 
 
 def check_steps(value: object, what: str, example: str, minimum: int = 1) -> int:

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import Codec, TopK, make_codec
-from ..engine import Request
-from ..integrity import check_own, refused
-from ..mixing import axpy
-from ..topology import Topology
-from ..transport.tags import Tag
-from .base import Strategy
-from .checks import check_fraction, static_topology
+from fast_core.compression import Codec, TopK, make_codec
+from fast_core.engine import Request
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import check_fraction, static_topology
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.topology import Topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 _SEED_STRIDE = 1_000_003
 """Random-k positions of rank r's message at step k come from seed k * stride + r: sender and receivers agree."""

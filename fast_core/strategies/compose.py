@@ -16,12 +16,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
-from .base import Strategy
-from .checks import check_steps
+from fast_core.errors import ConfigError
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import check_steps
 
 if TYPE_CHECKING:
-    from .base import GroupChange, StepContext
+    from fast_core.strategies.base import GroupChange, StepContext
 
 
 _from_string: Callable[[str], Strategy] | None = None

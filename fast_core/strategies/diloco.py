@@ -33,18 +33,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..integrity import check_own
-from ..mixing import axpy
-from ..topology import Topology, make_topology
-from ..transport.tags import Tag
-from .base import Strategy
-from .checks import check_flag, check_steps
-from .neighbours import NeighbourMix
+from fast_core.errors import ConfigError
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import check_flag, check_steps
+from fast_core.strategies.integrity import check_own
+from fast_core.strategies.neighbours import NeighbourMix
+from fast_core.topology import Topology, make_topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from ..engine import Request
-    from .base import GroupChange, StepContext
+    from fast_core.engine import Request
+    from fast_core.strategies.base import GroupChange, StepContext
 
 EXAMPLE = "diloco:period=100,outer_lr=0.7,momentum=0.9,nesterov=true"
 

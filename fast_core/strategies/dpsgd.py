@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import ParameterWire, parameter_codec
-from ..engine import Request
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..mixing import axpy
-from ..topology import Topology, is_column_stochastic, make_topology
-from ..transport.tags import Tag
-from .base import Strategy
+from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.engine import Request
+from fast_core.errors import ConfigError
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.topology import Topology, is_column_stochastic, make_topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class DPSGD(Strategy):

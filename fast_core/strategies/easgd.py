@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import ParameterWire, parameter_codec
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..mixing import axpy
-from ..transport.tags import Tag
-from .base import Strategy
-from .checks import ChoosesVariant, check_flag, check_steps
-from .compose import Every
+from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.errors import ConfigError
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import ChoosesVariant, check_flag, check_steps
+from fast_core.strategies.compose import Every
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.transport.tags import Tag
 
 log = logging.getLogger("fast")
 
 if TYPE_CHECKING:
-    from .base import GroupChange, StepContext
+    from fast_core.strategies.base import GroupChange, StepContext
 
 Talk = Callable[["StepContext", np.ndarray], None]
 """One rank's part of a round: move ``params`` (this worker's x, changed in place) and z."""

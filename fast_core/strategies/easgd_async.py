@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import open_service
-from ..integrity import refused
-from ..mixing import axpy
-from .easgd import ElasticRound, Talk
+from fast_core.compression import open_service
+from fast_core.model.mixing import axpy
+from fast_core.strategies.easgd import ElasticRound, Talk
+from fast_core.strategies.integrity import refused
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class AsyncEASGD(ElasticRound):

@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..collectives import restart_from_best
-from ..compression import ParameterWire, gradient_codec
-from ..engine import Request
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..topology import Topology
-from ..transport.tags import Tag
-from .base import Strategy
-from .checks import ChoosesVariant, check_variant, static_topology
+from fast_core.compression import ParameterWire, gradient_codec
+from fast_core.engine import Request
+from fast_core.engine.collectives import restart_from_best
+from fast_core.errors import ConfigError
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import ChoosesVariant, check_variant, static_topology
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.topology import Topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class FAST(Strategy, ChoosesVariant):

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..compression import open_mailbox
-from ..integrity import check_own, refused
-from .fast import FAST
+from fast_core.compression import open_mailbox
+from fast_core.strategies.fast import FAST
+from fast_core.strategies.integrity import check_own, refused
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 _QUEUE_DEPTH = 4  # unread gradients kept per neighbour; the send gate keeps at most ~2 in flight
 

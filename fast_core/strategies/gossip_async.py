@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..integrity import check_own, refused
-from ..transport.gossip_boxes import PullBox, PushBox
-from .gossip import Gossip, average_into
+from fast_core.strategies.gossip import Gossip, average_into
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.transport.gossip_boxes import PullBox, PushBox
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class AsyncGossip(Gossip):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..integrity import check_own
-from .base import Strategy
-from .checks import check_steps
-from .compose import Every
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import check_steps
+from fast_core.strategies.compose import Every
+from fast_core.strategies.integrity import check_own
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class ParameterAverage(Strategy):

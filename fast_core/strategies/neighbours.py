@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..integrity import refused
-from ..mixing import axpy
+from fast_core.model.mixing import axpy
+from fast_core.strategies.integrity import refused
 
 if TYPE_CHECKING:
-    from ..topology import Topology
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
+    from fast_core.topology import Topology
 
 
 class NeighbourMix:

@@ -31,16 +31,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import ParameterWire, parameter_codec
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..transport.tags import Tag
-from .base import Strategy
-from .checks import ChoosesVariant
+from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.errors import ConfigError
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.checks import ChoosesVariant
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from ..engine import Request
-    from .base import GroupChange, StepContext
+    from fast_core.engine import Request
+    from fast_core.strategies.base import GroupChange, StepContext
 
 log = logging.getLogger("fast")
 

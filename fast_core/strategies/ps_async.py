@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..compression import open_service
-from ..errors import ConfigError, PeerTimeout
-from ..integrity import check_own, refused
-from .ps import ParameterServer
+from fast_core.compression import open_service
+from fast_core.errors import ConfigError, PeerTimeout
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.ps import ParameterServer
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class AsyncPS(ParameterServer):

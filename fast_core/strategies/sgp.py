@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 import networkx as nx
 import numpy as np
 
-from ..compression import ParameterWire, parameter_codec
-from ..errors import ConfigError
-from ..integrity import check_own, refused
-from ..mixing import axpy
-from ..topology import Topology, make_topology
-from ..transport.tags import Tag
-from .base import Strategy
+from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.errors import ConfigError
+from fast_core.model.mixing import axpy
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.integrity import check_own, refused
+from fast_core.topology import Topology, make_topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 @dataclass(frozen=True)

@@ -20,24 +20,24 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 
-from ..config import DEFAULT_STRATEGY, RunConfig, environment
-from ..errors import ConfigError
-from ..topology import Topology
-from .adpsgd import ADPSGD
-from .allreduce import AllReduce
-from .async_avg import AsyncAveraging
-from .base import Strategy
-from .choco import CHOCO
-from .compose import Every, Schedule, read_strings_with, warmup
-from .diloco import DiLoCo
-from .dpsgd import DPSGD
-from .easgd import EASGD
-from .fast import FAST
-from .gossip import Gossip
-from .local_sgd import LocalSGD
-from .ps import ParameterServer
-from .sgp import SGP
-from .tracking import GradientTracking
+from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, environment
+from fast_core.errors import ConfigError
+from fast_core.strategies.adpsgd import ADPSGD
+from fast_core.strategies.allreduce import AllReduce
+from fast_core.strategies.async_avg import AsyncAveraging
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.choco import CHOCO
+from fast_core.strategies.compose import Every, Schedule, read_strings_with, warmup
+from fast_core.strategies.diloco import DiLoCo
+from fast_core.strategies.dpsgd import DPSGD
+from fast_core.strategies.easgd import EASGD
+from fast_core.strategies.fast import FAST
+from fast_core.strategies.gossip import Gossip
+from fast_core.strategies.local_sgd import LocalSGD
+from fast_core.strategies.ps import ParameterServer
+from fast_core.strategies.sgp import SGP
+from fast_core.strategies.tracking import GradientTracking
+from fast_core.topology import Topology
 
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "allreduce": AllReduce,

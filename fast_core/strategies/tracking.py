@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..integrity import check_own
-from ..topology import Topology, make_topology
-from ..transport.tags import Tag
-from .base import Strategy
-from .neighbours import NeighbourMix
+from fast_core.strategies.base import Strategy
+from fast_core.strategies.integrity import check_own
+from fast_core.strategies.neighbours import NeighbourMix
+from fast_core.topology import Topology, make_topology
+from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
-    from .base import StepContext
+    from fast_core.strategies.base import StepContext
 
 
 class GradientTracking(Strategy):

@@ -13,13 +13,22 @@ Modules: ``base`` (the Topology class and its queries), ``matrix`` (stochasticit
 
 from __future__ import annotations
 
-from .base import Edge, Topology
-from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
-from .checks import WEIGHT_RULES, TopologyError
-from .custom import from_adjacency, from_edges, from_networkx
-from .finite_time import base_graph, k_peer_exponential
-from .matrix import is_column_stochastic, is_doubly_stochastic, is_row_stochastic, spectral_gap
-from .registry import TOPOLOGIES, make_topology
+from fast_core.topology.base import Edge, Topology
+from fast_core.topology.builtin import (
+    complete,
+    exponential,
+    hypercube,
+    one_peer_exponential,
+    ring,
+    star,
+    torus_2d,
+    torus_3d,
+)
+from fast_core.topology.checks import WEIGHT_RULES, TopologyError
+from fast_core.topology.custom import from_adjacency, from_edges, from_networkx
+from fast_core.topology.finite_time import base_graph, k_peer_exponential
+from fast_core.topology.matrix import is_column_stochastic, is_doubly_stochastic, is_row_stochastic, spectral_gap
+from fast_core.topology.registry import TOPOLOGIES, make_topology
 
 __all__ = [
     "TOPOLOGIES",

@@ -10,8 +10,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .checks import checked_rank
-from .matrix import spectral_gap
+from fast_core.topology.checks import checked_rank
+from fast_core.topology.matrix import spectral_gap
 
 Edge = tuple[int, int]  # (sender, receiver)
 

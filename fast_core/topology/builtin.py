@@ -7,9 +7,9 @@ import operator
 
 import numpy as np
 
-from .base import Edge, Phase, Topology
-from .checks import TopologyError, checked_rank, checked_size
-from .weights import both_ways, weighted_phase
+from fast_core.topology.base import Edge, Phase, Topology
+from fast_core.topology.checks import TopologyError, checked_rank, checked_size
+from fast_core.topology.weights import both_ways, weighted_phase
 
 
 def _static(name: str, size: int, edges: set[Edge], weights: str, **params: object) -> Topology:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from ..errors import ConfigError
+from fast_core.errors import ConfigError
 
 WEIGHT_RULES = ("uniform", "metropolis")
 TOL = 1e-9

@@ -9,9 +9,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .base import Edge, Phase, Topology
-from .checks import TopologyError, checked_size, listed
-from .weights import both_ways, explicit_phase, matrix_phase, weighted_phase
+from fast_core.topology.base import Edge, Phase, Topology
+from fast_core.topology.checks import TopologyError, checked_size, listed
+from fast_core.topology.weights import both_ways, explicit_phase, matrix_phase, weighted_phase
 
 
 def _parsed_edge(edge: Sequence[Any], size: int | None) -> tuple[int, int, float | None]:

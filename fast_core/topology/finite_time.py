@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Phase, Topology
-from .builtin import peer_phases
-from .checks import TopologyError, checked_peers, checked_size
+from fast_core.topology.base import Phase, Topology
+from fast_core.topology.builtin import peer_phases
+from fast_core.topology.checks import TopologyError, checked_peers, checked_size
 
 Block = tuple[list[int], np.ndarray]
 Round = list[Block]

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from .base import Edge, Topology
-from .registry import make_topology
-from .weights import weighted_phase
+from fast_core.topology.base import Edge, Topology
+from fast_core.topology.registry import make_topology
+from fast_core.topology.weights import weighted_phase
 
 
 def heal(topology: Topology, kept: Sequence[int]) -> Topology:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import TOL, TopologyError
+from fast_core.topology.checks import TOL, TopologyError
 
 
 def _stochastic_rows(matrix: np.ndarray, tol: float) -> bool:

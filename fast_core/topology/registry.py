@@ -9,11 +9,20 @@ from functools import partial
 
 import networkx as nx
 
-from .base import Topology
-from .builtin import complete, exponential, hypercube, one_peer_exponential, ring, star, torus_2d, torus_3d
-from .checks import TopologyError, checked_size
-from .custom import from_networkx
-from .finite_time import base_graph, k_peer_exponential
+from fast_core.topology.base import Topology
+from fast_core.topology.builtin import (
+    complete,
+    exponential,
+    hypercube,
+    one_peer_exponential,
+    ring,
+    star,
+    torus_2d,
+    torus_3d,
+)
+from fast_core.topology.checks import TopologyError, checked_size
+from fast_core.topology.custom import from_networkx
+from fast_core.topology.finite_time import base_graph, k_peer_exponential
 
 TOPOLOGIES: dict[str, Callable[..., Topology]] = {
     "ring": ring,

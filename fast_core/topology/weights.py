@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .base import Edge, Phase
-from .checks import TOL, TopologyError, checked_rule
+from fast_core.topology.base import Edge, Phase
+from fast_core.topology.checks import TOL, TopologyError, checked_rule
 
 
 def both_ways(pairs: Iterable[Edge]) -> set[Edge]:

@@ -6,9 +6,9 @@ newest message of each neighbour; ``RequestService`` answers peers' requests wit
 registry of tags. Strategy files hold algorithms only.
 """
 
-from .comm_thread import CommThread
-from .gossip_boxes import PullBox, PushBox
-from .mailbox import Mailbox, Message
-from .service import RequestService
+from fast_core.transport.comm_thread import CommThread
+from fast_core.transport.gossip_boxes import PullBox, PushBox
+from fast_core.transport.mailbox import Mailbox, Message
+from fast_core.transport.service import RequestService
 
 __all__ = ["CommThread", "Mailbox", "Message", "PullBox", "PushBox", "RequestService"]

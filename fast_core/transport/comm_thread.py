@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ..engine import Engine, Request
-from ..errors import FastError, PeerLost, PeerTimeout
+from fast_core.engine import Engine, Request
+from fast_core.errors import FastError, PeerLost, PeerTimeout
 
 _FIRST_PAUSE = 1e-4
 """An idle thread's first sleep between polls (seconds); each next one doubles it, up to ``idle_pause``."""

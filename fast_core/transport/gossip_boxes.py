@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import Engine, Request
-from ..errors import PeerTimeout
-from . import framing
-from .comm_thread import CommThread
-from .tags import GossipTag
+from fast_core.engine import Engine, Request
+from fast_core.errors import PeerTimeout
+from fast_core.transport import framing
+from fast_core.transport.comm_thread import CommThread
+from fast_core.transport.tags import GossipTag
 
 if TYPE_CHECKING:
-    from ..compression.codecs import Codec
+    from fast_core.compression.codecs import Codec
 
 
 class GossipThread(CommThread):

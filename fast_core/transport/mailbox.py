@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine import Engine, Request
-from ..errors import PeerTimeout
-from . import framing
-from .comm_thread import CommThread
-from .tags import MailboxTag
+from fast_core.engine import Engine, Request
+from fast_core.errors import PeerTimeout
+from fast_core.transport import framing
+from fast_core.transport.comm_thread import CommThread
+from fast_core.transport.tags import MailboxTag
 
 
 @dataclass

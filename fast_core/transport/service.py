@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..engine import Engine, Request
-from ..errors import PeerTimeout
-from .comm_thread import CommThread
-from .tags import ServiceTag
+from fast_core.engine import Engine, Request
+from fast_core.errors import PeerTimeout
+from fast_core.transport.comm_thread import CommThread
+from fast_core.transport.tags import ServiceTag
 
 Handler = Callable[[int, np.ndarray, np.ndarray], None]
 """handler(peer, request_payload, reply_out): fill ``reply_out``; runs on the service thread, under ``lock``."""

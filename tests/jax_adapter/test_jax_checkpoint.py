@@ -14,7 +14,7 @@ from test_jax_adapter import batch, loss_fn, make_params
 
 import fast_jax as fast
 from fast_core import LocalCluster
-from fast_core.checkpoint import CheckpointError
+from fast_core.runtime.checkpoint import CheckpointError
 
 
 def adam_step(strategy: str, engine, lr: float = 0.01):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fast_cli import fast
 
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 
 @pytest.mark.mpi

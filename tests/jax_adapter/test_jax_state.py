@@ -14,7 +14,7 @@ from jax_references import allreduce_momentum_reference, dpsgd_reference
 
 import fast_jax as fast
 from fast_core import LocalCluster
-from fast_core.observers import Observer
+from fast_core.observers.base import Observer
 from fast_core.topology import make_topology
 
 FEATURES, CLASSES, LR, MOMENTUM, STEPS, SIZE, BATCH = 6, 3, 0.1, 0.9, 3, 4, 16

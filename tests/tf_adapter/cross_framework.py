@@ -33,7 +33,7 @@ import fast_jax
 import fast_tf
 import fast_torch
 from fast_core import Engine, mpi_engine
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared task and its NumPy reference
 from training import BATCH, CLASSES, FEATURES, LR, batch, reference_dpsgd, task  # noqa: E402

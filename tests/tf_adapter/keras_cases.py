@@ -5,7 +5,7 @@ on a LocalCluster with the TensorFlow backend (test_keras_local.py); under mpiex
 
     KERAS_BACKEND=jax OMP_NUM_THREADS=1 mpiexec -n 4 python -m mpi4py tests/tf_adapter/keras_cases.py [name ...]
 
-The model is a softmax regression (one Dense layer), whose gradient fast_core.numpy_model computes exactly, so a
+The model is a softmax regression (one Dense layer), whose gradient fast_core.model.numpy_model computes exactly, so a
 strategy's result through Keras can be compared with a dense NumPy simulation of all ranks.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 
 import fast_tf as fast
 from fast_core import FAST, Budget, Engine, ModelMismatchError, mpi_engine
-from fast_core.numpy_model import SoftmaxRegression
+from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.topology import make_topology
 
 FEATURES, CLASSES, BATCH, STEPS, EPOCHS, LR = 6, 3, 8, 4, 2, 0.1

@@ -1,4 +1,4 @@
-"""fast_torch, fast_tf and fast_jax deal the same samples to the same rank: the one rule of fast_core.sharding
+"""fast_torch, fast_tf and fast_jax deal the same samples to the same rank: the one rule of fast_core.data.sharding
 (here, in the tox env that has all three frameworks)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import fast_jax
 import fast_tf
 import fast_torch
+from fast_core.data.sharding import shard_indices
 from fast_core.engine.local import LocalCluster
-from fast_core.sharding import shard_indices
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

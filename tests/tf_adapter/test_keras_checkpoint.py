@@ -13,7 +13,7 @@ from keras_cases import BATCH, CLASSES, FEATURES, rank_data
 
 import fast_tf as fast
 from fast_core import LocalCluster
-from fast_core.checkpoint import CheckpointError
+from fast_core.runtime.checkpoint import CheckpointError
 
 OPTIMIZERS = {
     "sgd-momentum": lambda lr=0.05: keras.optimizers.SGD(lr, momentum=0.9),

@@ -12,7 +12,7 @@ import matplotlib.image
 import pytest
 from fast_cli import bench, check_fixed_straggler, check_job_figures
 
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 
 @pytest.mark.mpi

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fast_cli import fast
 
-from fast_core.runlog import read_run
+from fast_core.observers.runlog import read_run
 
 DIGITS_PASS = 20 * 16
 """Samples of one rank's pass over its shard of the digits' 1293 training samples on 4 ranks (323 each, 20 batches

@@ -1,6 +1,6 @@
 """fast_torch under a lost rank: the survivors of an in-process fault-tolerant cluster train on through
-DistributedOptimizer, and a live rank's optimizer state reaches a replacement whole (what fast_core.survival sends
-over MPI under `fast run --max-restarts`)."""
+DistributedOptimizer, and a live rank's optimizer state reaches a replacement whole (what fast_core.runtime.survival
+sends over MPI under `fast run --max-restarts`)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import keras
 
-from fast_core.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
-from fast_core.horovod import (
+from fast_core.interop.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
+from fast_core.interop.horovod import (
     Average,
     ReduceOp,
     check_compression,
@@ -27,8 +27,8 @@ from fast_core.horovod import (
     missing,
     resolve_op,
 )
-from fast_core.horovod import __all__ as _common
-from fast_core.runtime import init as _engine
+from fast_core.interop.horovod import __all__ as _common
+from fast_core.runtime.process import init as _engine
 
 from ..optimizer import DistributedOptimizer as _FastOptimizer
 from . import callbacks

@@ -15,7 +15,7 @@ from typing import Any
 
 import keras
 
-from fast_core.runtime import init as default_engine
+from fast_core.runtime.process import init as default_engine
 
 from ..callback import Callback
 from ..variables import broadcast_variables

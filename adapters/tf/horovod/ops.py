@@ -8,8 +8,9 @@ from typing import Any
 import keras
 import numpy as np
 
-from fast_core import Engine, horovod
-from fast_core.runtime import init as default_engine
+from fast_core import Engine
+from fast_core.interop import horovod
+from fast_core.runtime.process import init as default_engine
 
 from .. import collectives
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fast_core.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
-from fast_core.horovod import __all__ as _common
-from fast_core.horovod import missing
+from fast_core.interop.horovod import *  # noqa: F403 - Horovod's names: Average, Sum, init, rank, size, local_rank, ...
+from fast_core.interop.horovod import __all__ as _common
+from fast_core.interop.horovod import missing
 
 from .compression import Compression
 from .lifecycle import shutdown

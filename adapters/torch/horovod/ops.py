@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from fast_core import Engine, horovod
-from fast_core.runtime import init as default_engine
+from fast_core import Engine
+from fast_core.interop import horovod
+from fast_core.runtime.process import init as default_engine
 
 from .. import collectives
 from ..staging import as_numpy

@@ -17,8 +17,8 @@ import numpy as np
 
 import torch
 from fast_core import Budget, Strategy
-from fast_core.collectives import broadcast_arrays, check_same_arrays
-from fast_core.horovod import (
+from fast_core.engine.collectives import broadcast_arrays, check_same_arrays
+from fast_core.interop.horovod import (
     Average,
     ReduceOp,
     Sum,
@@ -28,7 +28,7 @@ from fast_core.horovod import (
     global_process_set,
     resolve_op,
 )
-from fast_core.runtime import init as default_engine
+from fast_core.runtime.process import init as default_engine
 
 from ..optim_state import optimizer_arrays, optimizer_state
 from ..optimizer import DistributedOptimizer as _fast_optimizer

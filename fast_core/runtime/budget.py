@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import RunConfig, check_budget
-from .engine import Engine
-from .errors import ConfigError
-from .transport import RequestService
+from fast_core.config.run import RunConfig, check_budget
+from fast_core.engine import Engine
+from fast_core.errors import ConfigError
+from fast_core.transport import RequestService
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 log = logging.getLogger("fast")
 
@@ -171,8 +171,8 @@ class Allowance:
             self._shared.abandon()
 
     def rejoin(self, member: bool = True) -> None:
-        """Collective over the group after it changed (``fast_core.survival``; the Worker aligned the steps): the
-        lost ranks' share of the budget is taken over by the others. ``member``: this rank was in the group before
+        """Collective over the group after it changed (``fast_core.runtime.survival``; the Worker aligned the steps):
+        the lost ranks' share of the budget is taken over by the others. ``member``: this rank was in the group before
         (False on a replacement, whose Allowance was never started). A seconds budget keeps the job's start.
         Lockstep: the steps left follow from the samples the job has left and the group's samples per step.
         Asynchronous: rank 0 of the group holds the counter again (``regrouped_samples``)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from fast_core.errors import ConfigError
 
 STRATEGY_VARIABLE = "FAST_STRATEGY"
 TOPOLOGY_VARIABLE = "FAST_TOPOLOGY"
@@ -40,7 +40,7 @@ VERBOSE_VARIABLE = "FAST_VERBOSE"
 LABEL_VARIABLE = "FAST_RUN_LABEL"
 """What the progress bar calls the run (``fast run`` passes the strategy string)."""
 BUDGET_SAMPLES_VARIABLE = "FAST_BUDGET_SAMPLES"
-"""A shared work budget: train this many samples summed over all ranks, then stop (``fast_core.budget``)."""
+"""A shared work budget: train this many samples summed over all ranks, then stop (``fast_core.runtime.budget``)."""
 BUDGET_SECONDS_VARIABLE = "FAST_BUDGET_SECONDS"
 """A shared work budget: train this many wall-clock seconds from the common start, then stop."""
 FAULT_TOLERANT_VARIABLE = "FAST_FAULT_TOLERANT"

@@ -4,7 +4,7 @@ Adapters call ``before_step`` between backward and the optimizer step and ``afte
 decides what to exchange through a narrow ``StepContext`` (it never sees the Worker). The Worker owns the step
 clock, the metrics (counted by a metering engine, not by hand), the start-up checks, the join protocol, and tells
 its observers (reporter, straggler) what happens. It reads no environment variable: the run configuration
-(``fast_core.config``) is resolved before it is built.
+(``fast_core.config.run``) is resolved before it is built.
 """
 
 from __future__ import annotations
@@ -18,22 +18,21 @@ from typing import TypeVar
 
 import numpy as np
 
-from . import collectives
-from .agreement import check_same_setup
-from .budget import Allowance, Budget, check_batch_size
-from .config import RunConfig, environment
-from .contract import ModelAdapter
-from .engine import Engine
-from .engine.metered import MeteredEngine
-from .errors import PeerLost
-from .metrics import Metrics
-from .observers import Observer
-from .reporting import Reporter
-from .straggler import Straggler
-from .strategies import Strategy
-from .strategies.base import GroupChange, StepContext
-from .strategies.spec import canonical_strategy, resolve_strategy
-from .survival import Recovery, check_can_survive, join, resync, survive
+from fast_core.config.run import RunConfig, environment
+from fast_core.engine import Engine, collectives
+from fast_core.engine.metered import MeteredEngine
+from fast_core.errors import PeerLost
+from fast_core.metrics import Metrics
+from fast_core.model.contract import ModelAdapter
+from fast_core.observers.base import Observer
+from fast_core.observers.reporting import Reporter
+from fast_core.observers.straggler import Straggler
+from fast_core.runtime.agreement import check_same_setup
+from fast_core.runtime.budget import Allowance, Budget, check_batch_size
+from fast_core.runtime.survival import Recovery, check_can_survive, join, resync, survive
+from fast_core.strategies import Strategy
+from fast_core.strategies.base import GroupChange, StepContext
+from fast_core.strategies.spec import canonical_strategy, resolve_strategy
 
 log = logging.getLogger("fast")
 T = TypeVar("T")
@@ -79,7 +78,7 @@ class Worker:
         self.started_at: float | None = None
         """``time.monotonic()`` at the end of the collective ``start``: the common origin of wall-clock points
         (snapshots, "consensus" records), the same moment on every rank up to a message latency."""
-        # the shared work budget (fast_core.budget): nothing to pay without one
+        # the shared work budget (fast_core.runtime.budget): nothing to pay without one
         self.budget = budget if budget is not None else Budget.from_config(config)
         self.allowance: Allowance | None = None
         self._claim: tuple[int, int] | None = None  # (step, samples) of the last claim_batch
@@ -95,7 +94,8 @@ class Worker:
         self.recoveries: list[Recovery] = []
         self._change: GroupChange | None = None  # a loss survived, its consensus point still to come
         self._detected = 0.0
-        """The losses of ranks this worker survived (a fault-tolerant engine), in order (``fast_core.survival``)."""
+        """The losses of ranks this worker survived (a fault-tolerant engine), in order
+        (``fast_core.runtime.survival``)."""
 
     @property
     def layout(self):
@@ -141,7 +141,8 @@ class Worker:
 
     def _join(self) -> Worker:
         """Start as a replacement of lost ranks (a process ``Engine.grow`` started): join the running group, taking
-        its parameters, step, optimizer state and budget (``fast_core.survival.join``) instead of the start-up."""
+        its parameters, step, optimizer state and budget (``fast_core.runtime.survival.join``) instead of the
+        start-up."""
         if self.budget is not None:
             lockstep_steps = self.strategy.lockstep_steps()
             self.allowance = Allowance(self.budget, self.context.engine, lockstep_steps)
@@ -242,9 +243,9 @@ class Worker:
             self.metrics.job_samples = self.allowance.close(self.metrics.samples)
 
     def resume(self, step: int, samples_before: int = 0) -> None:
-        """A checkpoint replaced the parameters (collective; ``fast_core.checkpoint.load`` calls it): continue at
-        ``step``, let the strategy forget what it sent from the old parameters (``Strategy.reset``), and under a
-        sample budget train only what the job had left after its ``samples_before``."""
+        """A checkpoint replaced the parameters (collective; ``fast_core.runtime.checkpoint.load`` calls it):
+        continue at ``step``, let the strategy forget what it sent from the old parameters (``Strategy.reset``), and
+        under a sample budget train only what the job had left after its ``samples_before``."""
         self._ensure_started()
         self.step = step
         self.samples_before = int(samples_before)
@@ -314,7 +315,8 @@ class Worker:
     def record_consensus(self, **values: float) -> None:
         """One "consensus" record: a value of the consensus (averaged) model at a wall-clock point, e.g.
         ``record_consensus(time=12.5, val_accuracy=0.91)`` with ``time`` in seconds since the common start
-        (``fast_core.snapshots`` computes them after training; rank 0 records them, also after ``close()``)."""
+        (``fast_core.observers.snapshots`` computes them after training; rank 0 records them, also after
+        ``close()``)."""
         self._notify("on_record", "consensus", values)
 
     def record_result(self, **values: float) -> None:
@@ -325,8 +327,8 @@ class Worker:
     def run_collective(self, action: Callable[[], T]) -> T:
         """Run ``action``, communication every rank of the job takes part in (a hook's, or the script's own
         averages); when the engine reports a lost rank and the job can go on (a fault-tolerant engine), survive it
-        (``fast_core.survival``) and run ``action`` again over the group after. ``action`` must leave its inputs as
-        they were when it fails (the engines' collectives do)."""
+        (``fast_core.runtime.survival``) and run ``action`` again over the group after. ``action`` must leave its
+        inputs as they were when it fails (the engines' collectives do)."""
         for attempt in itertools.count():
             try:
                 return action()

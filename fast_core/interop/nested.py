@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .collectives import average_arrays, broadcast_arrays, check_same_arrays, sum_arrays
-from .engine import Engine
-from .runtime import init as default_engine
+from fast_core.engine import Engine
+from fast_core.engine.collectives import average_arrays, broadcast_arrays, check_same_arrays, sum_arrays
+from fast_core.runtime.process import init as default_engine
 
 
 @dataclass(frozen=True)

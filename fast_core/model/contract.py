@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .flat import FlatLayout
+from fast_core.model.flat import FlatLayout
 
 
 @runtime_checkable

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import collectives
-from .errors import FastError
+from fast_core.engine import collectives
+from fast_core.errors import FastError
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .worker import Worker
+    from fast_core.engine import Engine
+    from fast_core.runtime.worker import Worker
 
 FORMAT = "fast-checkpoint/1"
 _HEADER = "fast.json"

@@ -15,8 +15,8 @@ from collections.abc import MutableMapping, Sequence
 
 import numpy as np
 
-from .contract import ModelAdapter
-from .engine import Engine
+from fast_core.engine import Engine
+from fast_core.model.contract import ModelAdapter
 
 JOB = "job"
 """The collective kind of whole-job operations (see COLLECTIVE_KINDS)."""

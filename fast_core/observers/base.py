@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 
 class Observer:

@@ -14,9 +14,9 @@ import hashlib
 
 import numpy as np
 
-from .engine import Engine
-from .errors import ConfigError
-from .flat import FlatLayout, check_same_layout
+from fast_core.engine import Engine
+from fast_core.errors import ConfigError
+from fast_core.model.flat import FlatLayout, check_same_layout
 
 _LAYOUT = 32  # bytes of FlatLayout.fingerprint()
 _STRATEGY = 16  # bytes of the strategy string's digest

@@ -23,12 +23,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .config import STRAGGLER_RANK_VARIABLE, STRAGGLER_SECONDS_VARIABLE, STRAGGLER_VARIABLE, RunConfig
-from .errors import ConfigError
-from .observers import Observer
+from fast_core.config.run import STRAGGLER_RANK_VARIABLE, STRAGGLER_SECONDS_VARIABLE, STRAGGLER_VARIABLE, RunConfig
+from fast_core.errors import ConfigError
+from fast_core.observers.base import Observer
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 __all__ = [
     "STRAGGLER_RANK_VARIABLE",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .flat import FlatLayout
+from fast_core.model.flat import FlatLayout
 
 
 class SGD:

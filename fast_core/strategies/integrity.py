@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import FastError
+from fast_core.errors import FastError
 
 if TYPE_CHECKING:
-    from .strategies.base import StepContext
+    from fast_core.strategies.base import StepContext
 
 log = logging.getLogger("fast")
 

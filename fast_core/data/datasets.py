@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sharding import shard_indices as shard_indices  # the adapters' rule, here for NumPy scripts
+from fast_core.data.sharding import shard_indices as shard_indices  # the adapters' rule, here for NumPy scripts
 
 Split = tuple[np.ndarray, np.ndarray]
 

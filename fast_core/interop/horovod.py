@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from .collectives import JOB, check_same_arrays, gather_arrays, gather_texts
-from .engine import Engine
-from .runtime import init as _start
-from .runtime import local_rank, local_size, rank, size
-from .strategies import AllReduce, Strategy
-from .strategies.spec import resolve_strategy
+from fast_core.engine import Engine
+from fast_core.engine.collectives import JOB, check_same_arrays, gather_arrays, gather_texts
+from fast_core.runtime.process import init as _start
+from fast_core.runtime.process import local_rank, local_size, rank, size
+from fast_core.strategies import AllReduce, Strategy
+from fast_core.strategies.spec import resolve_strategy
 
 __all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod's own names
     "Adasum",
@@ -41,7 +41,7 @@ __all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod'
     "synchronize",
 ]
 
-log = logging.getLogger("fast_core.horovod")
+log = logging.getLogger("fast_core.interop.horovod")
 
 
 class ReduceOp(enum.Enum):

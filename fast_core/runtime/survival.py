@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .agreement import check_same_setup
-from .errors import ConfigError, PeerLost
-from .strategies.base import GroupChange
-from .strategies.spec import canonical_strategy
+from fast_core.errors import ConfigError, PeerLost
+from fast_core.runtime.agreement import check_same_setup
+from fast_core.strategies.base import GroupChange
+from fast_core.strategies.spec import canonical_strategy
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 log = logging.getLogger("fast")
 

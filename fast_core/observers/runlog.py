@@ -2,7 +2,7 @@
 
 A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus"), ``rank``,
 ``step``, ``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
-ranks through the run configuration (``fast_core.config``), so scripts need no argument parsing.
+ranks through the run configuration (``fast_core.config.run``), so scripts need no argument parsing.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import threading
 
 import numpy as np
 
-from .collectives import JOB
-from .engine import Engine, default_engine
+from fast_core.engine import Engine, default_engine
+from fast_core.engine.collectives import JOB
 
 _lock = threading.Lock()
 _engine: Engine | None = None

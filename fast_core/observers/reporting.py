@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .config import RunConfig
-from .observers import Observer
-from .progress import ProgressBar, print_record
-from .runlog import RunLog, rank_file
-from .straggler import Straggler
+from fast_core.config.run import RunConfig
+from fast_core.observers.base import Observer
+from fast_core.observers.progress import ProgressBar, print_record
+from fast_core.observers.runlog import RunLog, rank_file
+from fast_core.observers.straggler import Straggler
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 METRICS = (
     "bytes_sent",

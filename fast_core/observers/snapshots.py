@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .contract import ModelAdapter
-from .observers import Observer
+from fast_core.model.contract import ModelAdapter
+from fast_core.observers.base import Observer
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from fast_core.runtime.worker import Worker
 
 FOLDER = "snapshots"
 """The snapshots' sub-folder of a run folder (``fast run``'s ``RunConfig.run_dir``)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ModelMismatchError
+from fast_core.errors import ModelMismatchError
 
 
 @dataclass(frozen=True)
