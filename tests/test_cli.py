@@ -100,7 +100,7 @@ for _ in range(20):
     begin, wall = time.process_time(), time.perf_counter()
     while time.process_time() - begin < 0.01:  # 10 ms of CPU time: compute, not a sleep
         pass
-    worker.record(loss=model.compute_gradients(x, y), samples=8)
+    worker.records.step(loss=model.compute_gradients(x, y), samples=8)
     computing += time.perf_counter() - wall
     worker.before_step()
     model.optimizer_step()
@@ -446,11 +446,11 @@ def test_worker_records_average_between_records_and_count_samples(tmp_path: Path
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(loss=losses[step] + engine.rank, samples=2)
-        worker.consensus_distance()
-        worker.record_epoch(val_accuracy=0.5)
+            worker.records.step(loss=losses[step] + engine.rank, samples=2)
+        worker.group.consensus_distance()
+        worker.records.epoch(val_accuracy=0.5)
         worker.close()
-        worker.record_result(test_accuracy=0.75)
+        worker.records.result(test_accuracy=0.75)
 
     fast_core.LocalCluster(2).run(train)
     for rank, records in read_run(tmp_path).items():
@@ -480,11 +480,10 @@ def test_records_hold_the_common_start_each_ranks_stop_and_its_compute(tmp_path:
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(samples=2)
+            worker.records.step(samples=2)
         worker.close()
         if engine.rank == 0:  # what an example writes for the consensus model: its own time, kept as given
-            for observer in worker.observers:
-                observer.on_record(worker, "consensus", {"time": 0.5, "val_accuracy": 0.75})
+            worker.records.consensus(time=0.5, val_accuracy=0.75)
 
     fast_core.LocalCluster(2).run(train)
     for rank, records in read_run(tmp_path).items():
@@ -502,7 +501,7 @@ def test_without_fast_run_the_worker_reports_nothing(tmp_path: Path, monkeypatch
     for name in ("FAST_RUN_DIR", "FAST_PROGRESS", "FAST_VERBOSE", "FAST_STRAGGLER"):
         monkeypatch.delenv(name, raising=False)
     worker = fast_core.Worker(SoftmaxRegression(3, 2), "allreduce", fast_core.LocalCluster(1).engine(0))
-    assert worker.observers == []
+    assert list(worker.observers) == []
 
 
 def test_progress_bar_keeps_the_scripts_lines_whole(monkeypatch) -> None:

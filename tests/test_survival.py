@@ -40,11 +40,11 @@ def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> d
             granted = worker.claim_batch(BATCH)
             if granted == 0:
                 worker.close()
-                consensus = worker.average_params()
+                consensus = worker.group.average_params()
                 return {
                     "launched": me,
                     "size": engine.size,
-                    "lost": [r.lost for r in worker.recoveries],
+                    "lost": [r.lost for r in worker.group.recoveries],
                     "samples": worker.metrics.samples,
                     "job": worker.metrics.job_samples,
                     "accuracy": model.accuracy(X, Y, params=consensus),

@@ -175,8 +175,8 @@ def unpack(result: Any, form: str, arity: int = 2) -> tuple[Any, ...]:
 def record_metrics(worker: Worker, metrics: Any, batch: Any) -> None:
     """Under `fast run`, a ``"loss"`` in the step's metrics (a dict) goes to the run records, with the batch's
     samples (the leading dimension of its first leaf). Free otherwise: ``float`` would wait for the step."""
-    if not worker.reporting or not isinstance(metrics, Mapping) or "loss" not in metrics:
+    if not worker.records.wanted or not isinstance(metrics, Mapping) or "loss" not in metrics:
         return
     leaves = jax.tree_util.tree_leaves(batch)
     samples = {"samples": int(np.shape(leaves[0])[0])} if leaves and np.ndim(leaves[0]) else {}
-    worker.record(loss=float(metrics["loss"]), **samples)
+    worker.records.step(loss=float(metrics["loss"]), **samples)

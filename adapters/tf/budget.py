@@ -12,7 +12,7 @@ A grant is a whole batch or nothing: Keras cannot train part of a batch. Under a
 grant is whole (every rank runs floor(samples / the job's samples per step) steps). Under an asynchronous one
 rank 0's counter grants whole batches when every rank claims the same ``batch_size`` and the budget is a multiple
 of it: the ranks' batch sizes are checked, and a budget that is not a multiple is rounded down (a warning says
-so), so the samples the job trains equal the budget in force, ``worker.budget``.
+so), so the samples the job trains equal the budget in force, ``worker.claims.budget``.
 """
 
 from __future__ import annotations
@@ -31,26 +31,26 @@ from .model import KerasModel
 
 
 def check_budget_options(worker: Worker, batch_size: int | None, steps_per_execution: int) -> int:
-    """Before ``worker.start()``, when ``worker.budget`` is set: the checks, the rounding, and the batch size.
+    """Before ``worker.start()``, when ``worker.claims.budget`` is set: the checks, the rounding, and the batch size.
     Collective under an asynchronous sample budget (the ranks' batch sizes are compared)."""
     if batch_size is None:
         raise ConfigError(
-            f"fast_tf.Callback under the work budget {worker.budget} needs batch_size=, the samples of every batch "
-            "fit trains (Keras does not tell callbacks): e.g. Callback(..., batch_size=32) with fit(batch_size=32) "
-            "or fast_tf.Batches(x, y, batch_size=32)"
+            f"fast_tf.Callback under the work budget {worker.claims.budget} needs batch_size=, the samples of every "
+            "batch fit trains (Keras does not tell callbacks): e.g. Callback(..., batch_size=32) with "
+            "fit(batch_size=32) or fast_tf.Batches(x, y, batch_size=32)"
         )
     if steps_per_execution != 1:
         raise ConfigError(
             f"fast_tf.Callback under a work budget needs steps_per_execution=1 (got {steps_per_execution}): every "
             "batch is claimed before it trains; compile with steps_per_execution=1"
         )
-    budget = worker.budget
+    budget = worker.claims.budget
     if budget.samples is None or worker.strategy.lockstep:
         return batch_size
     low, high = min_max(worker.engine, batch_size)
     if low != high:
         raise ConfigError(
-            f"ranks train batches of {low} to {high} samples (rank {worker.rank}: {batch_size}); under an "
+            f"ranks train batches of {low} to {high} samples (rank {worker.engine.rank}: {batch_size}); under an "
             "asynchronous work budget fast_tf needs one batch size on every rank, so each grant is a whole batch: "
             "pass the same batch_size to fit and fast_tf.Callback everywhere"
         )
@@ -61,8 +61,8 @@ def check_budget_options(worker: Worker, batch_size: int | None, steps_per_execu
             f"batches: give at least {batch_size}, or smaller batches"
         )
     if whole != budget.samples:
-        worker.budget = dataclasses.replace(budget, samples=whole)
-        if worker.rank == 0:
+        worker.claims.budget = dataclasses.replace(budget, samples=whole)
+        if worker.engine.rank == 0:
             warnings.warn(
                 f"fast_tf trains whole batches: the budget of {budget.samples} samples becomes {whole} "
                 f"({whole // batch_size} batches of {batch_size})",
@@ -115,7 +115,7 @@ class Grants:
             self._saved = None
 
     def _claim(self) -> int:
-        granted = self.worker.allowance.claim(self.batch_size, self._claimed_for)
+        granted = self.worker.claims.allowance.claim(self.batch_size, self._claimed_for)
         self._claimed_for += 1
         if 0 < granted < self.batch_size:  # excluded by check_budget_options: every grant is a whole batch
             raise RuntimeError(f"a grant of {granted} samples for a batch of {self.batch_size}: fast_tf needs whole")
