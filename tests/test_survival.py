@@ -21,8 +21,9 @@ BATCH, BUDGET, KILL_STEP = 16, 8_000, 12
 X, Y = synthetic_classification(n_samples=1200, n_features=10, n_classes=3, seed=0)
 
 
-def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> dict:
-    """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP."""
+def train(engine, strategy: str, victim: int | None, cluster: LocalCluster, ahead: bool = False) -> dict:
+    """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP. ``ahead``: each batch's
+    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit)."""
     me = engine.rank
     model = SoftmaxRegression(X.shape[1], 3, seed=me)
     worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=BUDGET))
@@ -37,7 +38,9 @@ def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> d
             if victim is not None and me != victim and worker.step == KILL_STEP + 1:
                 _until_lost(cluster)  # under asynchronous strategies on loaded cores the others could spend the
                 # whole budget before the victim reaches its step: then nothing would be lost and nothing tested
-            granted = worker.claim_batch(BATCH)
+            granted = worker.claim_batch(BATCH)  # with ahead: the grant reserved during the last step, counted now
+            if ahead and granted:
+                worker.claims.reserve(BATCH)  # the next batch's, before this one trains
             if granted == 0:
                 worker.close()
                 consensus = worker.group.average_params()
@@ -112,6 +115,23 @@ def test_the_survivors_finish_the_budget_over_a_healed_group(strategy: str, vict
     assert BUDGET - (KILL_STEP + 2 * MAX_AHEAD) * BATCH - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH
     accuracy = {round(r["accuracy"], 9) for r in survivors}
     assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy  # one consensus, trained (chance 1/3)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "async:ring", "fast"])
+@pytest.mark.parametrize("victim", [2, 0])
+def test_claims_reserved_a_batch_ahead_survive_a_lost_rank_too(strategy: str, victim: int) -> None:
+    """fast_tf's claims (one batch ahead of Keras) take the worker's claim path, so a loss during one is survived."""
+    cluster = LocalCluster(4, timeout=20, fault_tolerant=True)
+    results = cluster.run(train, strategy, victim, cluster, True)
+    assert list(cluster.lost) == [victim] and results[victim] is None
+    survivors = [r for r in results if r]
+    assert [r["lost"] for r in survivors] == [[(victim,)]] * 3
+    jobs = {r["job"] for r in survivors}
+    assert len(jobs) == 1 and jobs.pop() == sum(r["samples"] for r in survivors)
+    trained = sum(r["samples"] for r in survivors)
+    assert BUDGET - (KILL_STEP + 2 * MAX_AHEAD) * BATCH - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH
+    accuracy = {round(r["accuracy"], 9) for r in survivors}
+    assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy
 
 
 def test_without_fault_tolerance_a_lost_rank_still_ends_the_job() -> None:

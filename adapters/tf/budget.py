@@ -76,8 +76,9 @@ class Grants:
 
     ``start`` after ``worker.start()``; ``begin_batch`` at each ``on_train_batch_begin`` tells whether that batch
     is granted (then its step hooks run and its samples count in ``worker.metrics.samples``); ``end`` at
-    ``on_train_end``. A grant claimed ahead for a batch the fit never ran (its epochs ran out, or another callback
-    stopped it) is neither trained nor counted."""
+    ``on_train_end``. Every claim goes through the worker's (``Claims.reserve`` ahead, ``Worker.claim_batch`` when
+    the batch begins), so a rank lost meanwhile is survived. A grant reserved for a batch the fit never ran (its
+    epochs ran out, or another callback stopped it) is neither trained nor counted."""
 
     def __init__(self, worker: Worker, batch_size: int, model: keras.Model, adapter: KerasModel) -> None:
         self.worker = worker
@@ -85,23 +86,20 @@ class Grants:
         self.model = model
         self.adapter = adapter
         self.next = 0
-        """The grant claimed for the next batch Keras runs (0: none, the fit stops after the current one)."""
+        """The grant reserved for the next batch Keras runs (0: none, the fit stops after the current one)."""
         self._saved: list[tuple[keras.Variable, np.ndarray]] | None = None
-        self._claimed_for = 0  # the worker step the next claim is for: claims run one batch ahead of the steps
 
     def start(self) -> None:
-        self._claimed_for = self.worker.step
-        self.next = self._claim()
+        self.next = self._reserve()
         if self.next == 0:  # Keras trains the first batch anyway: it is put back at the end
             self.model.stop_training = True
             self._saved = [(v, np.array(v.numpy(), copy=True)) for v in self._state()]
 
     def begin_batch(self) -> bool:
-        granted = self.next
-        if granted == 0:
+        if self.next == 0:
             return False
-        self.worker.metrics.samples += granted
-        self.next = self._claim()
+        self.worker.claim_batch(self.batch_size)  # takes the reserved grant and counts it
+        self.next = self._reserve()
         if self.next == 0:
             self.model.stop_training = True  # Keras stops after this batch
         return True
@@ -114,9 +112,8 @@ class Grants:
             self.adapter.new_step()
             self._saved = None
 
-    def _claim(self) -> int:
-        granted = self.worker.claims.allowance.claim(self.batch_size, self._claimed_for)
-        self._claimed_for += 1
+    def _reserve(self) -> int:
+        granted = self.worker.claims.reserve(self.batch_size)
         if 0 < granted < self.batch_size:  # excluded by check_budget_options: every grant is a whole batch
             raise RuntimeError(f"a grant of {granted} samples for a batch of {self.batch_size}: fast_tf needs whole")
         return granted
