@@ -36,8 +36,8 @@ class DistributedStep:
     """A training step with a FAST strategy around it: ``params, opt_state, metrics = step(params, opt_state, batch)``.
 
     The first call (or :meth:`start`) checks every rank holds the same params structure and gives all ranks rank
-    0's params and opt_state. ``step.worker`` is the fast_core Worker (metrics, consensus_distance()); at epoch ends
-    call :meth:`end_epoch`, at the end :meth:`close` or ``fast_jax.average(params, step=step)``.
+    0's params and opt_state. ``step.worker`` is the fast_core Worker (metrics, group.consensus_distance()); at epoch
+    ends call :meth:`end_epoch`, at the end :meth:`close` or ``fast_jax.average(params, step=step)``.
     """
 
     def __init__(
@@ -73,7 +73,8 @@ class DistributedStep:
 
     @property
     def worker(self) -> Worker:
-        """The fast_core Worker of this step: metrics, consensus_distance() of the params the step last returned."""
+        """The fast_core Worker of this step: metrics, ``group.consensus_distance()`` of the params the step last
+        returned."""
         if self._worker is None:
             raise RuntimeError("the step has not started: call it once, or step.start(params, opt_state), first")
         return self._worker
