@@ -76,7 +76,7 @@ def case_diloco_sends_what_local_sgd_sends(engine: Engine) -> None:
         assert abs(worker.metrics.bytes_sent - local.metrics.bytes_sent) <= 12, spec  # int() of each all-reduce
     _, ring = train(engine, "diloco:ring,period=4", steps=12)
     peers = len(make_topology("ring", engine.size).out_neighbors(engine.rank))
-    assert ring.metrics.bytes_sent == 3 * peers * ring.layout.size * 8
+    assert ring.metrics.bytes_sent == 3 * peers * ring.model.layout.size * 8
 
 
 def case_decentralized_diloco_keeps_the_replicas_together(engine: Engine) -> None:
