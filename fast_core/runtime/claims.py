@@ -43,7 +43,7 @@ class Claims:
             return
         state = self._group.state
         allowance = Allowance(self.budget, state.context.engine, lockstep_steps, first_step=state.step)
-        self._group.state.allowance = allowance if joining else allowance.start()
+        state.allowance = allowance if joining else allowance.start()
 
     def batch(self, batch_size: int) -> int:
         """``Worker.claim_batch``: the grant for this step's batch (the same when asked again before the step ends),
