@@ -206,7 +206,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
     """Train a fresh model with ``spec`` under the budget, the straggler sleeping ``slowdown`` times as long per
     step; rank 0 gets the Job."""
     rank = comm.Get_rank()
-    engine = fast_core.mpi_engine(comm)
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
     budget = fast_core.Budget(samples=int(args.epochs * args.global_epoch))
     worker = fast_core.Worker(model, build_strategy(spec), engine, budget=budget, observers=[]).start()

@@ -13,15 +13,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from fast_core.config.run import DEFAULT_TIMEOUT, check_timeout, environment
+from fast_core.config.run import DEFAULT_TIMEOUT
 from fast_core.errors import MessageError, PeerFailed, PeerTimeout
 
-__all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
-
-
-def resolve_timeout(timeout: float | None) -> float:
-    """An engine's timeout: the one given (checked), else the run configuration's (FAST_TIMEOUT, default 120 s)."""
-    return environment().timeout if timeout is None else check_timeout(timeout)
+__all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request"]
 
 
 REDUCE_OPS = ("sum", "min", "max")

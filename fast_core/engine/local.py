@@ -25,7 +25,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fast_core.config.run import check_timeout
 from fast_core.engine.base import (
+    DEFAULT_TIMEOUT,
     Engine,
     Request,
     check_color,
@@ -34,7 +36,6 @@ from fast_core.engine.base import (
     check_op,
     check_tag,
     deliver,
-    resolve_timeout,
 )
 from fast_core.engine.membership import Membership, Shrink
 from fast_core.errors import PeerFailed, PeerLost, PeerTimeout
@@ -45,11 +46,11 @@ _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 class LocalCluster:
     """Shared mailboxes and collectives of ``size`` in-process workers (``fault_tolerant``: see the module)."""
 
-    def __init__(self, size: int, timeout: float | None = None, fault_tolerant: bool = False) -> None:
+    def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one worker, got size={size}")
         self.size = size
-        self.timeout = resolve_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, int, int], dict[int, np.ndarray]] = {}
         self._sent: dict[tuple[int, int, int], int] = {}

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from fast_core.config.run import guard_command
-from fast_core.engine.base import Request
+from fast_core.engine.base import DEFAULT_TIMEOUT, Request
 from fast_core.engine.mpi import MPIEngine, _error_text, _mpi
 from fast_core.errors import FastError, PeerLost, PeerTimeout
 
@@ -79,7 +79,7 @@ class FaultTolerantMPIEngine(MPIEngine):
     def __init__(
         self,
         comm=None,
-        timeout: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
         max_restarts: int = 0,
         *,
         _group: _Group | None = None,

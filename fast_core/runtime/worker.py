@@ -18,7 +18,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from fast_core.config.run import RunConfig, environment
+from fast_core.config.current import run_config
+from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
 from fast_core.engine.metered import MeteredEngine
 from fast_core.errors import PeerLost
@@ -59,7 +60,7 @@ class Worker:
         config: RunConfig | None = None,
         budget: Budget | None = None,
     ) -> None:
-        config = config if config is not None else environment()
+        config = config if config is not None else run_config()
         self.model = model
         self.engine = engine
         self.strategy = resolve_strategy(strategy, config)
