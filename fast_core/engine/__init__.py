@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from fast_core.config.run import FAULT_TOLERANT_VARIABLE
 from fast_core.engine.base import DEFAULT_TIMEOUT, Engine, Request
+from fast_core.engine.capabilities import FaultTolerant, Metered, VirtualTime
 from fast_core.engine.local import LocalCluster, LocalEngine
 from fast_core.errors import ConfigError
 
@@ -87,9 +88,12 @@ def default_engine(timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = Fals
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Engine",
+    "FaultTolerant",
     "LocalCluster",
     "LocalEngine",
+    "Metered",
     "Request",
+    "VirtualTime",
     "default_engine",
     "launched_under_mpi",
     "mpi_engine",

@@ -21,6 +21,7 @@ import numpy as np
 from fast_core.config.current import run_config
 from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
+from fast_core.engine.capabilities import joining
 from fast_core.engine.metered import MeteredEngine
 from fast_core.errors import PeerLost
 from fast_core.metrics import Metrics
@@ -124,7 +125,7 @@ class Worker:
         start, and let the strategy set up."""
         if self._started:
             return self
-        if self.engine.joined:
+        if joining(self.engine):
             return self._join()
         check_same_setup(self.layout, canonical_strategy(self.strategy, shared=True), self.engine)
         lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank

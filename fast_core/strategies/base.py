@@ -89,7 +89,7 @@ class GroupChange:
     """The survivors' ranks in the group before, in their new order (survivor ``i`` was rank ``kept[i]``)."""
     old_size: int
     lost: tuple[int, ...]
-    """The lost ranks' launch numbers (``Engine.world_ranks``)."""
+    """The lost ranks' launch numbers (``FaultTolerant.world_ranks``)."""
     size: int = 0
     """The group's size after the change."""
     replaced: tuple[int, ...] = ()

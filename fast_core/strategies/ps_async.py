@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fast_core.compression import open_service
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import ConfigError, PeerTimeout
 from fast_core.strategies.integrity import check_own, refused
 from fast_core.strategies.ps import ParameterServer
@@ -121,7 +122,7 @@ class AsyncPS(ParameterServer):
                     f"ps staleness={self.staleness} steps; a worker stopped pushing (dead, stuck, or closed early)"
                 )
             time.sleep(1e-3)
-        ctx.engine.record_wait(time.monotonic() - start)
+        count_wait(ctx.engine, time.monotonic() - start)
 
     def reset(self, ctx: StepContext) -> None:
         """Collective: a checkpoint replaced the parameters; the servers start again from them."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fast_core.engine import Engine, Request
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import PeerTimeout
 from fast_core.transport import framing
 from fast_core.transport.comm_thread import CommThread
@@ -184,7 +185,7 @@ class Mailbox(CommThread):
                     self._wait_on_thread(min(left, 0.05))
             finally:
                 self._waiting -= 1
-        self.engine.record_wait(time.monotonic() - start)
+        count_wait(self.engine, time.monotonic() - start)
 
     # thread side ----------------------------------------------------------------------------------------------
     def _progress(self) -> bool:

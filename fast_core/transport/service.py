@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from fast_core.engine import Engine, Request
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import PeerTimeout
 from fast_core.transport.comm_thread import CommThread
 from fast_core.transport.tags import ServiceTag
@@ -128,7 +129,7 @@ class RequestService(CommThread):
                     )
                 self._wait_on_thread(min(left, 0.05))
             self._own_peer = None
-        self.engine.record_wait(time.monotonic() - start)
+        count_wait(self.engine, time.monotonic() - start)
         return self._own_reply
 
     # thread side ----------------------------------------------------------------------------------------------
