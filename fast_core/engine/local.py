@@ -62,7 +62,7 @@ class LocalCluster:
         self._parent: LocalCluster | None = None
         self.fault_tolerant = fault_tolerant
         self.members = tuple(range(size))
-        """Each rank's launch number (``Engine.world_ranks``): itself, except in a cluster a shrink made."""
+        """Each rank's launch number (``FaultTolerant.world_ranks``): itself, except in a cluster a shrink made."""
         self.membership = Membership() if fault_tolerant else None
         self._shrink: Shrink | None = None
         self._threads: dict[int, int] = {}  # rank -> thread ident under run(): where an awaited rank was, on a timeout

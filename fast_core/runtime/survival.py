@@ -4,7 +4,7 @@ Every survivor learns of the loss as a ``PeerLost`` from its engine, in whatever
 wait for a neighbour, its communication thread), and runs ``survive`` there:
 
 1. its strategy and the budget's grant service stop their threads, with no collective (``Strategy.abandon``);
-2. the engine shrinks the group to the survivors, who agree on who is gone (``Engine.shrink``);
+2. the engine shrinks the group to the survivors, who agree on who is gone (``FaultTolerant.shrink``);
 3. a consensus point: under a lockstep strategy the survivors take the largest step and round any of them reached
    (one may have finished the step the others were in); all take the average of their parameters, so lockstep
    replicas are equal again and push-sum, EASGD's centre and pair averages restart from a common value (what a

@@ -204,7 +204,7 @@ class SimEngine(VirtualTime):
         self.cluster.scheduler.notify(self.rank, self.now)
 
     def idle(self) -> None:
-        """Wait for the next thing addressed to this rank (a cooperative communication thread's trainer waits)."""
+        """Wait for the next thing addressed to this rank (a trainer waiting on its communication thread)."""
         self._block([])
 
     # point to point ------------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class SimEngine(VirtualTime):
             if self.cluster.scheduler.running != self.rank:
                 raise RuntimeError(
                     f"rank {self.rank}: a communication thread waited inside the simulator for "
-                    f"{pending[0].describe()}; in cooperative mode its work must only test requests"
+                    f"{pending[0].describe()}; on virtual time its work must only test requests"
                 )
             if all(t is not None for t in times):
                 self.cluster.scheduler.sleep_until(self.rank, max(times))  # type: ignore[type-var]

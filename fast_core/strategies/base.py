@@ -38,7 +38,8 @@ class StepContext:
 
     @property
     def rank(self) -> int:
-        """This rank's number in the group (it changes when a fault-tolerant job loses a rank: ``Engine.shrink``)."""
+        """This rank's number in the group (it changes when a fault-tolerant job loses a rank:
+        ``FaultTolerant.shrink``)."""
         return self.engine.rank
 
     @property
@@ -83,7 +84,7 @@ class _ChildContext(StepContext):
 
 @dataclass(frozen=True)
 class GroupChange:
-    """How the group changed when a fault-tolerant job lost ranks (``Engine.shrink``)."""
+    """How the group changed when a fault-tolerant job lost ranks (``FaultTolerant.shrink``)."""
 
     kept: tuple[int, ...]
     """The survivors' ranks in the group before, in their new order (survivor ``i`` was rank ``kept[i]``)."""
