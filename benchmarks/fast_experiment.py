@@ -71,7 +71,8 @@ def run(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace) -> Run 
     """Train a fresh model with ``spec`` for ``args.epochs`` passes; rank 0 gets the Run."""
     rank = comm.Get_rank()
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
-    worker = fast_core.Worker(model, spec, fast_core.mpi_engine(comm), observers=[]).start()
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
+    worker = fast_core.Worker(model, spec, engine, observers=[]).start()
     stream = batch_stream(task, args.batch_size, seed=rank)
     steps = len(task.y_train) // args.batch_size
     curve = []

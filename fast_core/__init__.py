@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from fast_core.config.current import run_config
 from fast_core.config.run import RunConfig
 from fast_core.engine import (
     Engine,
@@ -90,6 +91,7 @@ __all__ = [
     "mpi_engine",
     "rank",
     "resolve_strategy",
+    "run_config",
     "size",
     "warmup",
 ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import inspect
 import os
 import re
 import sys
 from pathlib import Path
 
-from fast_core.config.run import RunConfig, environment
+from fast_core.config.run import RunConfig
 from fast_core.strategies import Strategy
 from fast_core.strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
 from fast_core.topology import make_topology
@@ -52,11 +53,19 @@ def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
         )
 
 
+@functools.cache
+def outer_config() -> RunConfig:
+    """The run configuration this ``fast`` command was started with (the FAST_* variables of its own environment,
+    checked), which its launches start from: the command's one read of its environment, kept for the rest of it (a
+    bad value is one ConfigError line, raised again at each call until fixed)."""
+    return RunConfig.from_environment()
+
+
 def check_strategy(spec: str | None, topology: str | None, workers: int) -> Strategy:
     """The strategy the ranks will build from the run configuration (``spec`` and ``topology`` given here, else
     the ones already in this environment), built here first so that a typo is one message now rather than a
     traceback on every rank; named topologies are built for ``workers`` ranks."""
-    outer = environment()
+    outer = outer_config()
     config = RunConfig(strategy=spec or outer.strategy, topology=topology or outer.topology)
     strategy = resolve_strategy(None, config)
     effective = strategy_spec(config)

@@ -18,11 +18,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from fast_core.cli import plots
-from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
+from fast_core.cli.common import (
+    CLIError,
+    check_strategy,
+    new_run_dir,
+    outer_config,
+    positive,
+    say,
+    warn_if_oversubscribed,
+    whole,
+)
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
-from fast_core.config.run import RunConfig, environment, rank_prefix
+from fast_core.config.run import RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
 
 EXITS = "exits"
@@ -147,7 +156,7 @@ def run_config(
     seconds = getattr(args, "budget_seconds", None)
     if seconds is not None and not 0 < seconds < math.inf:
         raise CLIError(f"--budget-seconds {seconds:g}: give the wall-clock seconds to train, > 0 (e.g. 60)")
-    outer = environment()
+    outer = outer_config()
     samples = getattr(args, "budget_samples", None)
     return replace(
         outer,
@@ -202,7 +211,7 @@ def main(args: argparse.Namespace) -> int:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
     check_strategy(args.strategy, args.topology, args.workers)
-    strategy = args.strategy or environment().strategy
+    strategy = args.strategy or outer_config().strategy
     label = strategy or "default"
     run_dir = args.run_dir or new_run_dir(label)
     bar = sys.stderr.isatty() if args.progress is None else args.progress

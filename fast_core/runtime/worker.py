@@ -18,8 +18,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from fast_core.config.run import RunConfig, environment
+from fast_core.config.current import run_config
+from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
+from fast_core.engine.capabilities import joining
 from fast_core.engine.metered import MeteredEngine
 from fast_core.errors import PeerLost
 from fast_core.metrics import Metrics
@@ -59,7 +61,7 @@ class Worker:
         config: RunConfig | None = None,
         budget: Budget | None = None,
     ) -> None:
-        config = config if config is not None else environment()
+        config = config if config is not None else run_config()
         self.model = model
         self.engine = engine
         self.strategy = resolve_strategy(strategy, config)
@@ -123,7 +125,7 @@ class Worker:
         start, and let the strategy set up."""
         if self._started:
             return self
-        if self.engine.joined:
+        if joining(self.engine):
             return self._join()
         check_same_setup(self.layout, canonical_strategy(self.strategy, shared=True), self.engine)
         lockstep_steps = self.strategy.lockstep_steps() if self.budget is not None else 0  # may refuse, on every rank

@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_service, parameter_codec
+from fast_core.compression import parameter_codec
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
 from fast_core.strategies.integrity import check_own, refused
 from fast_core.topology import Topology
+from fast_core.transport.service import RequestService
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -56,13 +57,13 @@ class ADPSGD(Strategy):
         self._rng = np.random.default_rng((self.seed, ctx.rank))
         self._snapshot = np.array(ctx.model.params(), copy=True)  # this rank's value as pairs see it
         self._correction = np.zeros_like(self._snapshot)  # pair averages not yet applied by the trainer
-        self._service = open_service(
+        self._service = RequestService(
             ctx.engine,
             self._neighbors,
             ctx.layout.size,
             ctx.layout.dtype,
             self._answer,
-            self._codec,
+            codec=self._codec,
             on_reply=self._take_reply,
             name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned

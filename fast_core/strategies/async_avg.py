@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_mailbox, parameter_codec
+from fast_core.compression import parameter_codec
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
 from fast_core.strategies.integrity import check_own, refused
 from fast_core.topology import Topology
+from fast_core.transport.mailbox import Mailbox
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -64,13 +65,13 @@ class AsyncAveraging(Strategy):
         rank = ctx.rank
         self._self_weight = self._graph.self_weight(rank)
         self._in_weights = self._graph.in_weights(rank)
-        self._mailbox = open_mailbox(
+        self._mailbox = Mailbox(
             ctx.engine,
             self._graph.in_neighbors(rank),
             self._graph.out_neighbors(rank),
             ctx.layout.size,
             ctx.layout.dtype,
-            self._codec,
+            codec=self._codec,
             name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)

@@ -38,7 +38,8 @@ class StepContext:
 
     @property
     def rank(self) -> int:
-        """This rank's number in the group (it changes when a fault-tolerant job loses a rank: ``Engine.shrink``)."""
+        """This rank's number in the group (it changes when a fault-tolerant job loses a rank:
+        ``FaultTolerant.shrink``)."""
         return self.engine.rank
 
     @property
@@ -83,13 +84,13 @@ class _ChildContext(StepContext):
 
 @dataclass(frozen=True)
 class GroupChange:
-    """How the group changed when a fault-tolerant job lost ranks (``Engine.shrink``)."""
+    """How the group changed when a fault-tolerant job lost ranks (``FaultTolerant.shrink``)."""
 
     kept: tuple[int, ...]
     """The survivors' ranks in the group before, in their new order (survivor ``i`` was rank ``kept[i]``)."""
     old_size: int
     lost: tuple[int, ...]
-    """The lost ranks' launch numbers (``Engine.world_ranks``)."""
+    """The lost ranks' launch numbers (``FaultTolerant.world_ranks``)."""
     size: int = 0
     """The group's size after the change."""
     replaced: tuple[int, ...] = ()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.engine.capabilities import world_ranks
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
@@ -68,7 +69,7 @@ class ElasticRound(Strategy, ChoosesVariant):
         else moves to rank 0; z restarts from the parameters the Worker left (the survivors' average), and alpha
         follows the new size unless it was given."""
         launched = self.__dict__.setdefault("_launch_center", self.center)
-        world = ctx.engine.world_ranks
+        world = world_ranks(ctx.engine)
         self.center = world.index(launched) if launched in world else 0
         if ctx.rank == 0 and launched not in world:
             log.warning("EASGD: the centre's rank was lost; the centre moves to rank 0, from the survivors' average")
