@@ -35,6 +35,7 @@ from fast_core.strategies import (
     LocalSGD,
     Schedule,
     Strategy,
+    StrategySpec,
     make_strategy,
     warmup,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "RunConfig",
     "StepContext",
     "Strategy",
+    "StrategySpec",
     "Topology",
     "TopologyError",
     "Worker",

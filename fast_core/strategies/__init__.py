@@ -23,7 +23,7 @@ from fast_core.strategies.local_sgd import LocalSGD, ParameterAverage
 from fast_core.strategies.ps import ParameterServer, SyncPS
 from fast_core.strategies.ps_async import AsyncPS
 from fast_core.strategies.sgp import SGP
-from fast_core.strategies.spec import STRATEGIES, make_strategy, parse_strategy
+from fast_core.strategies.spec import STRATEGIES, StrategySpec, make_strategy, parse_strategy
 from fast_core.strategies.tracking import GradientTracking
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "ParameterServer",
     "Schedule",
     "Strategy",
+    "StrategySpec",
     "SyncEASGD",
     "SyncFAST",
     "SyncGossip",

@@ -12,12 +12,14 @@ from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class ADPSGD(Strategy):
     """Each step a worker averages with one random neighbour: x_i, x_j <- (x_i + x_j) / 2, one pair at a time.
 

@@ -8,12 +8,14 @@ from fast_core.compression import parameter_codec
 from fast_core.compression.ring import ring_allreduce
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.integrity import check_own
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class AllReduce(Strategy):
     """x_i <- x_i - eta * (1/N) sum_j g_j: gradients averaged before the optimizer step, workers stay identical.
 

@@ -13,12 +13,14 @@ from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class AsyncAveraging(Strategy):
     """x_i <- w_ii x_i + sum_j w_ij x_j^(newest), never waiting unless a neighbour is > ``staleness`` steps behind.
 

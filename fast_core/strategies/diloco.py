@@ -39,6 +39,7 @@ from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_flag, check_steps
 from fast_core.strategies.integrity import check_own
 from fast_core.strategies.neighbours import NeighbourMix
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, make_topology
 from fast_core.transport.tags import Tag
 
@@ -53,6 +54,7 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@registered
 class DiLoCo(Strategy):
     """Inner steps by the user's optimizer, outer Nesterov steps on the averaged (or gossiped) pseudo-gradient.
 

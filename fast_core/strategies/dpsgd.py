@@ -13,6 +13,7 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, is_column_stochastic, make_topology
 from fast_core.transport.tags import Tag
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class DPSGD(Strategy):
     """x_i <- sum_j w_ij x_j + delta_i, where delta_i is what the optimizer did to x_i this step (-eta g_i for SGD).
 

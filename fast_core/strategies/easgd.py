@@ -20,6 +20,7 @@ from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_flag, check_steps
 from fast_core.strategies.compose import Every
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 log = logging.getLogger("fast")
@@ -134,6 +135,7 @@ class SyncEASGD(ElasticRound):
             self._pull(params, self._z_in)
 
 
+@registered
 class EASGD(Every):
     """Every ``tau`` steps: d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, with z kept on rank ``center``.
 

@@ -23,6 +23,7 @@ from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_variant
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def average_into(params: np.ndarray, others: list[np.ndarray], refusals: int = 0
     params *= 1.0 / (1 + refusals + len(others))
 
 
+@registered
 class Gossip(Strategy, ChoosesVariant):
     """Pull- or push-gossip with one uniformly random rank per step, synchronous (seeded) or asynchronous.
 

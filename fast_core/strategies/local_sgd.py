@@ -8,6 +8,7 @@ from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_steps
 from fast_core.strategies.compose import Every
 from fast_core.strategies.integrity import check_own
+from fast_core.strategies.registry import registered
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -26,6 +27,7 @@ class ParameterAverage(Strategy):
         ctx.model.set_params(params)
 
 
+@registered
 class LocalSGD(Every):
     """``period`` local steps, then x_i <- (1/N) sum_j x_j, so communication drops ``period``-fold.
 

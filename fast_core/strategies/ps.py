@@ -36,6 +36,7 @@ from fast_core.errors import ConfigError
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def check_count(servers: object) -> None:
         raise ConfigError(f"ps servers must be a whole number >= 1, got {servers!r}; e.g. ps:servers=2")
 
 
+@registered
 class ParameterServer(Strategy, ChoosesVariant):
     """Workers push gradients (sync) or updates (async) shard by shard to ``servers`` servers and pull back.
 
