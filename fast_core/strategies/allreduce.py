@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fast_core.compression import parameter_codec
 from fast_core.compression.ring import ring_allreduce
 from fast_core.strategies.base import Strategy
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own
 from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
@@ -30,6 +31,10 @@ class AllReduce(Strategy):
     def __init__(self, compress: str | None = "none") -> None:
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "allreduce")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One all-reduce of the gradients, waited for after the step's compute."""
+        return CostProfile(allreduce=True)
 
     def __repr__(self) -> str:
         return "AllReduce()" if self._codec is None else f"AllReduce(compress={self.compress!r})"

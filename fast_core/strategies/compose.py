@@ -24,6 +24,7 @@ from fast_core.strategies.spec import StrategySpec
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import GroupChange, StepContext
+    from fast_core.strategies.cost import CostProfile
 
 Buildable = Strategy | StrategySpec | str
 """What a wrapper takes: a Strategy, or a spec or strategy string it builds."""
@@ -60,6 +61,11 @@ class Every(Strategy):
     @property
     def uses_gradients(self) -> bool:
         return self.inner.uses_gradients
+
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """The inner strategy's exchange, made on one step in k."""
+        inner = self.inner.cost_profile(size)
+        return None if inner is None else inner.every(self.k)
 
     def _due(self, ctx: StepContext) -> bool:
         return (ctx.step + 1) % self.k == 0
@@ -185,6 +191,10 @@ class Schedule(Strategy):
     @property
     def uses_gradients(self) -> bool:
         return any(strategy.uses_gradients for _, strategy in self.phases)
+
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """The last phase's: the one that runs to the end (a warm-up is left out)."""
+        return self.phases[-1][1].cost_profile(size)
 
     @property
     def active(self) -> Strategy:

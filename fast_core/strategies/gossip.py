@@ -22,6 +22,7 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_variant
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
 from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
@@ -83,6 +84,10 @@ class Gossip(Strategy, ChoosesVariant):
         self.seed = int(seed)
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "gossip")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One model to or from one peer per step, waited for."""
+        return CostProfile(rounds=1, models_per_round=1)
 
     def __repr__(self) -> str:
         return (

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_steps
 from fast_core.strategies.compose import Every
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own
 from fast_core.strategies.registry import registered
 
@@ -18,6 +19,10 @@ class ParameterAverage(Strategy):
     """x_i <- (1/N) sum_j x_j after every step it runs on: one all-reduce of the parameters, workers identical."""
 
     name = "average"
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One all-reduce of the parameters (LocalSGD's ``Every`` spreads it over its period)."""
+        return CostProfile(allreduce=True)
 
     def after_step(self, ctx: StepContext) -> None:
         params = ctx.model.params()
