@@ -3,6 +3,10 @@
 FAST, Gossip and EASGD each name a family: the constructor builds the synchronous or the asynchronous class
 (``SyncFAST``/``AsyncFAST``, ``SyncGossip``/``AsyncGossip``, ``SyncEASGD``/``AsyncEASGD`` under EASGD's ``Every``);
 the parameter server ``ParameterServer`` builds ``SyncPS`` or ``AsyncPS`` from its ``mode``.
+
+Each class registers its name (registry.py); a strategy string is read once into a ``StrategySpec`` (spec.py) that
+builds it, and a built strategy is described by its canonical text (canonical.py). Each answers ``fast model``'s
+questions itself (``Strategy.cost_profile``, cost.py).
 """
 
 from fast_core.strategies.adpsgd import ADPSGD
