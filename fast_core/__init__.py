@@ -36,6 +36,7 @@ from fast_core.strategies import (
     LocalSGD,
     Schedule,
     Strategy,
+    StrategySpec,
     make_strategy,
     warmup,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "RunConfig",
     "StepContext",
     "Strategy",
+    "StrategySpec",
     "Topology",
     "TopologyError",
     "Worker",

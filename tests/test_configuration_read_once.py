@@ -21,8 +21,6 @@ CLI_READ = ("fast_core/cli/common.py", "outer_config")
 """The one read of the ``fast`` command: its launches start from the configuration it was started with."""
 AWAITING_OWNERS = {
     ("fast_core/config/run.py", "environment"),
-    ("fast_core/strategies/spec.py", "resolve_strategy"),
-    ("fast_core/strategies/spec.py", "strategy_from_environment"),
     ("fast_core/observers/reporting.py", "reporter_from_environment"),
     ("fast_core/observers/straggler.py", "straggler_from_environment"),
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import inspect
 import os
 import re
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from fast_core.config.run import RunConfig
 from fast_core.strategies import Strategy
-from fast_core.strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
+from fast_core.strategies.spec import StrategySpec
 from fast_core.topology import make_topology
 
 
@@ -61,25 +60,18 @@ def outer_config() -> RunConfig:
     return RunConfig.from_environment()
 
 
-def check_strategy(spec: str | None, topology: str | None, workers: int) -> Strategy:
-    """The strategy the ranks will build from the run configuration (``spec`` and ``topology`` given here, else
-    the ones already in this environment), built here first so that a typo is one message now rather than a
-    traceback on every rank; named topologies are built for ``workers`` ranks."""
-    outer = outer_config()
-    config = RunConfig(strategy=spec or outer.strategy, topology=topology or outer.topology)
-    strategy = resolve_strategy(None, config)
-    effective = strategy_spec(config)
-    name, options = parse_strategy(effective)
-    named = options.get("topology")
-    if isinstance(named, str) and "topology" in inspect.signature(STRATEGIES[name]).parameters:
-        make_topology(named, workers)
+def check_strategy(spec: StrategySpec, topology: str | None, workers: int) -> Strategy:
+    """The strategy the ranks will build from ``spec`` and the run's ``topology`` (given here, else the one already
+    in this environment), built here first so that a bad option value is one message now rather than a traceback
+    on every rank; named topologies are built for ``workers`` ranks."""
+    effective = spec.with_run_topology(topology or outer_config().topology)
+    strategy = effective.build()
+    if isinstance(effective.topology, str):
+        make_topology(effective.topology, workers)
     if topology:
         make_topology(topology, workers)
-        if not topology_used(config):
-            warn(
-                f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
-                "topology or takes none"
-            )
+        if spec.with_run_topology(topology) == spec:
+            warn(f"--topology {topology} is not used: strategy '{spec}' names its own topology or takes none")
     return strategy
 
 

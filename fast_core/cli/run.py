@@ -31,8 +31,9 @@ from fast_core.cli.common import (
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
-from fast_core.config.run import RunConfig, rank_prefix
+from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
+from fast_core.strategies.spec import StrategySpec
 
 EXITS = "exits"
 """The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
@@ -86,7 +87,12 @@ def add_parser(subparsers) -> None:
         epilog="example: fast run -n 4 --strategy dpsgd:ring train.py --epochs 3",
     )
     add_launch_options(parser)
-    parser.add_argument("--strategy", help="e.g. allreduce, dpsgd:ring, async:torus (FAST_STRATEGY)")
+    parser.add_argument(
+        "--strategy",
+        metavar="SPEC",
+        help="one strategy string, e.g. allreduce, dpsgd:ring,every=4, async:torus; parsed here once, the ranks get "
+        "its canonical text (FAST_STRATEGY)",
+    )
     parser.add_argument("--topology", help="topology of a strategy that names none, e.g. ring, torus (FAST_TOPOLOGY)")
     parser.add_argument(
         "--budget-samples",
@@ -138,9 +144,10 @@ def add_parser(subparsers) -> None:
 
 
 def run_config(
-    args: argparse.Namespace, *, strategy: str | None, run_dir: Path, progress: bool, label: str
+    args: argparse.Namespace, *, strategy: StrategySpec | None, run_dir: Path, progress: bool, label: str
 ) -> RunConfig:
-    """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options."""
+    """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options;
+    the strategy as its canonical text (None: the script's own)."""
     fixed = args.straggler_seconds
     if args.straggler is None and fixed is None and args.straggler_rank is not None:
         raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower) or --straggler-seconds S")
@@ -162,7 +169,7 @@ def run_config(
         outer,
         budget_samples=outer.budget_samples if samples is None else samples,
         budget_seconds=outer.budget_seconds if seconds is None else seconds,
-        strategy=strategy,
+        strategy=None if strategy is None else str(strategy),
         topology=getattr(args, "topology", None) or outer.topology,
         straggler=args.straggler,
         straggler_rank=rank,
@@ -210,9 +217,11 @@ def main(args: argparse.Namespace) -> int:
     if args.module and not args.target:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
-    check_strategy(args.strategy, args.topology, args.workers)
-    strategy = args.strategy or outer_config().strategy
-    label = strategy or "default"
+    named = args.strategy or outer_config().strategy  # None: the script's own (all-reduce unless it names one)
+    spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
+    check_strategy(spec, args.topology, args.workers)
+    strategy = spec if named else None
+    label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = run_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours

@@ -66,6 +66,8 @@ class RunConfig:
     """What a job's ranks are told from outside the script: strategy, timeout, straggler, reporting, budget."""
 
     strategy: str | None = None
+    """The canonical text of a StrategySpec (``fast run`` parses ``--strategy`` once and writes ``str(spec)``); each
+    rank parses it once (``strategies.spec.run_spec``). None: the script's own strategy."""
     topology: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     """Seconds any wait on a peer may last; ``math.inf`` waits forever (for debugging under a debugger)."""

@@ -36,7 +36,7 @@ from fast_core.engine.capabilities import FaultTolerant, fault_tolerance
 from fast_core.errors import ConfigError, PeerLost
 from fast_core.runtime.agreement import check_same_setup
 from fast_core.strategies.base import GroupChange
-from fast_core.strategies.spec import canonical_strategy
+from fast_core.strategies.canonical import canonical_strategy
 
 if TYPE_CHECKING:
     from fast_core.runtime.worker import Worker

@@ -34,7 +34,8 @@ from fast_core.runtime.budget import Allowance, Budget, check_batch_size
 from fast_core.runtime.survival import Recovery, check_can_survive, join, resync, survive
 from fast_core.strategies import Strategy
 from fast_core.strategies.base import GroupChange, StepContext
-from fast_core.strategies.spec import canonical_strategy, resolve_strategy
+from fast_core.strategies.canonical import canonical_strategy
+from fast_core.strategies.spec import resolve_strategy
 
 log = logging.getLogger("fast")
 T = TypeVar("T")

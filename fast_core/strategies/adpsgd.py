@@ -11,7 +11,9 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 from fast_core.transport.service import RequestService
 
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class ADPSGD(Strategy):
     """Each step a worker averages with one random neighbour: x_i, x_j <- (x_i + x_j) / 2, one pair at a time.
 
@@ -45,6 +48,10 @@ class ADPSGD(Strategy):
         self.seed = seed
         self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
         self._codec = parameter_codec(compress, "adpsgd")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One model to one peer and its reply averaged in, from a communication thread."""
+        return CostProfile(rounds=1, models_per_round=1, timing="background", mixing_copies=3)
 
     def setup(self, ctx: StepContext) -> None:
         graph = static_topology(self.topology, ctx.size, "uniform", "AD-PSGD")

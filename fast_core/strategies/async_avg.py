@@ -12,7 +12,9 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
+from fast_core.strategies.cost import CostProfile, neighbour_exchange
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 from fast_core.transport.mailbox import Mailbox
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class AsyncAveraging(Strategy):
     """x_i <- w_ii x_i + sum_j w_ij x_j^(newest), never waiting unless a neighbour is > ``staleness`` steps behind.
 
@@ -59,6 +62,10 @@ class AsyncAveraging(Strategy):
         self.keep_progress = bool(keep_progress)
         self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
         self._codec = parameter_codec(compress, "async averaging")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """Its model to each out-neighbour from a communication thread: the step never waits for it."""
+        return neighbour_exchange(self.topology, size, "background")
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = static_topology(self.topology, ctx.size, self.weights, "async averaging")

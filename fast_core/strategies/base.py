@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from fast_core.metrics import Metrics
     from fast_core.model.contract import ModelAdapter
     from fast_core.model.flat import FlatLayout
+    from fast_core.strategies.cost import CostProfile
 
 
 class StepContext:
@@ -193,6 +194,11 @@ class Strategy:
         if built is None:
             built = make_topology(self.topology, change.old_size, weights=getattr(self, "weights", "uniform"))
         self.topology = heal(built, change.kept)
+
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """What one step sends on ``size`` ranks, for ``fast model`` (``fast_core.strategies.cost``); None: this
+        strategy has no model there yet."""
+        return None
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

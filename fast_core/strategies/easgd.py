@@ -20,7 +20,9 @@ from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_flag, check_steps
 from fast_core.strategies.compose import Every
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 log = logging.getLogger("fast")
@@ -50,6 +52,11 @@ class ElasticRound(Strategy, ChoosesVariant):
         self.center = center
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "easgd")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """The centre's link takes the other size - 1 models in and sends as many out (EASGD's ``Every`` spreads
+        that over tau steps)."""
+        return CostProfile(rounds=2, models_per_round=size - 1)
 
     def setup(self, ctx: StepContext) -> None:
         if not 0 <= self.center < ctx.size:
@@ -135,6 +142,7 @@ class SyncEASGD(ElasticRound):
             self._pull(params, self._z_in)
 
 
+@registered
 class EASGD(Every):
     """Every ``tau`` steps: d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, with z kept on rank ``center``.
 
