@@ -106,7 +106,7 @@ def markdown(runs: dict[str, list[Run]], args: argparse.Namespace, size: int) ->
         f"{args.batch_size} per worker, SGD lr {args.lr} for every strategy, {args.compute_ms:g} ms of emulated "
         f"compute per step (a sleep); {args.repeats} rounds over the strategies, medians shown. Written by:",
         "",
-        f"    {command_line(size)}",
+        f"`{command_line(size)}`",
         "",
         "Test accuracy of the consensus model (the average of all workers' parameters) after the epochs named, the "
         "lowest and highest final accuracy over the rounds, the wall-clock from the common start to the last "
