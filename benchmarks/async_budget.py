@@ -54,7 +54,7 @@ def parse_args() -> argparse.Namespace:
 
 def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, total_train: int) -> Job | None:
     rank, size = comm.Get_rank(), comm.Get_size()
-    engine = fast_core.mpi_engine(comm)
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
     budget = fast_core.Budget(samples=int(args.epochs * total_train))
     worker = fast_core.Worker(model, spec, engine, budget=budget, observers=[]).start()

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fast_core.grammar import split_specs
 from fast_core.observers.runlog import read_run
 
 EXAMPLE = "fast_examples.torch_mnist1d"
@@ -186,7 +187,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     outcomes: list[Outcome] = []
     for repeat in range(args.repeats):
-        for strategy in args.strategies.split(","):
+        for strategy in split_specs(args.strategies):
             for fault in ("none", args.fault) if args.fault == "kill" else (args.fault,):
                 outcome = run_once(args, strategy, fault, rng)
                 outcomes.append(outcome)
@@ -216,7 +217,7 @@ def table(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
     else:
         lines.append("| strategy | fault | exit | struck rank named | fault to exit s (median) | orphans |")
         lines.append("|---|---|---|---|---|---|")
-    for strategy in args.strategies.split(","):
+    for strategy in split_specs(args.strategies):
         mine = [o for o in outcomes if o.strategy == strategy]
         hit = [o for o in mine if o.fault != "none"]
         calm = [o for o in mine if o.fault == "none"]

@@ -110,7 +110,7 @@ def check_received(recv: np.ndarray, expected: float, what: str) -> None:
 
 def bench_exchange(comm: MPI.Comm, size_mb: float, repeats: int, warmup: int) -> ExchangeRow:
     """Ring exchange (send right, receive from left) of one buffer: raw Sendrecv vs MPIEngine, same bytes."""
-    engine = fast_core.mpi_engine(comm)
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
     rank, size = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % size, (rank - 1) % size
     send, recv = float32_buffer(size_mb, rank + 1), float32_buffer(size_mb, 0)

@@ -71,7 +71,8 @@ def run(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace) -> Run 
     """Train a fresh model with ``spec`` for ``args.epochs`` passes; rank 0 gets the Run."""
     rank = comm.Get_rank()
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
-    worker = fast_core.Worker(model, spec, fast_core.mpi_engine(comm), observers=[]).start()
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
+    worker = fast_core.Worker(model, spec, engine, observers=[]).start()
     stream = batch_stream(task, args.batch_size, seed=rank)
     steps = len(task.y_train) // args.batch_size
     curve = []
@@ -105,7 +106,7 @@ def markdown(runs: dict[str, list[Run]], args: argparse.Namespace, size: int) ->
         f"{args.batch_size} per worker, SGD lr {args.lr} for every strategy, {args.compute_ms:g} ms of emulated "
         f"compute per step (a sleep); {args.repeats} rounds over the strategies, medians shown. Written by:",
         "",
-        f"    {command_line(size)}",
+        f"`{command_line(size)}`",
         "",
         "Test accuracy of the consensus model (the average of all workers' parameters) after the epochs named, the "
         "lowest and highest final accuracy over the rounds, the wall-clock from the common start to the last "

@@ -72,7 +72,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--strategy", default="allreduce")
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated strategy strings")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help="strategy strings separated by commas, cut only where a new name starts",
+    )
     parser.add_argument("-n", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch", type=int, default=64)
@@ -83,6 +87,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    from fast_core.grammar import split_specs
     from fast_core.perfmodel import dense, predict
     from fast_core.perfmodel.calibrate import calibrate
 
@@ -94,7 +99,7 @@ def main() -> None:
     print("| strategy | predicted ms/step (compute + communication) | measured ms/step (median, range) | "
           "predicted / measured |")
     print("|---|---|---|---|")
-    strategies = args.strategies.split(",")
+    strategies = split_specs(args.strategies)
     measured: dict[str, list[float]] = {s: [] for s in strategies}
     for _ in range(args.repeats):
         for strategy in strategies:

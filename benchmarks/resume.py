@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fast_core.grammar import split_specs
+
 BATCH, LR = 32, 0.1
 
 
@@ -77,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     total = args.epochs * 1293  # the digits training split: 1,293 samples
     rows = []
-    for strategy in args.strategies.split(","):
+    for strategy in split_specs(args.strategies):
         whole, resumed, samples = [], [], []
         for _ in range(args.repeats):  # interleaved: one uninterrupted, one resumed, again
             folder = Path(tempfile.mkdtemp(prefix="fast-resume-"))

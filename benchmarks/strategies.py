@@ -35,6 +35,7 @@ from report import command_line, markers, write_section
 
 import fast_core
 from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
+from fast_core.engine.capabilities import count_wait
 from fast_core.engine.metered import unmetered
 from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.strategies import STRATEGIES, Strategy
@@ -149,7 +150,7 @@ class MPIAllReduce(Strategy):
         grads, size = ctx.model.grads(), ctx.size
         start = time.perf_counter()
         unmetered(ctx.engine).comm.Allreduce(MPI.IN_PLACE, grads)
-        ctx.engine.record_wait(time.perf_counter() - start)
+        count_wait(ctx.engine, time.perf_counter() - start)
         ctx.metrics.bytes_sent += int(2 * grads.nbytes * (size - 1) / size)
         grads *= 1.0 / size
 
@@ -206,7 +207,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
     """Train a fresh model with ``spec`` under the budget, the straggler sleeping ``slowdown`` times as long per
     step; rank 0 gets the Job."""
     rank = comm.Get_rank()
-    engine = fast_core.mpi_engine(comm)
+    engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
     model = SoftmaxRegression(task.x_train.shape[1], 10, optimizer=SGD(args.lr), seed=0)
     budget = fast_core.Budget(samples=int(args.epochs * args.global_epoch))
     worker = fast_core.Worker(model, build_strategy(spec), engine, budget=budget, observers=[]).start()

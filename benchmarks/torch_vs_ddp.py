@@ -229,7 +229,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
     else:
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         budget = fast_core.Budget(samples=args.budget)
-        engine = fast_core.mpi_engine(comm)
+        engine = fast_core.mpi_engine(comm, timeout=fast_core.run_config().timeout)
         opt = fast.DistributedOptimizer(opt, model, build_strategy(spec), engine=engine, budget=budget)  # broadcasts
         step_model, claim = model, opt.fast_worker.claim_batch
     comm.Barrier()

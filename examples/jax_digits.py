@@ -37,8 +37,7 @@ import numpy as np
 import optax
 
 import fast_jax as fast
-from fast_core import Budget, Strategy, make_strategy
-from fast_core.config.run import environment
+from fast_core import Budget, Strategy, make_strategy, run_config
 from fast_core.data.datasets import TASKS, Task, batches, example_task
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
 from fast_core.observers.snapshots import curve_text
@@ -128,7 +127,7 @@ def train(
     task = load_data(data, seed)
     x, y = fast.shard(*task.train, seed=seed, drop_last=True)
     global_epoch = len(y) // batch_size * batch_size * engine.size  # the samples one pass of every rank trains
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     optimizer, train_step, grad_step = make_steps(lr)
     strategy = make_strategy(strategy)

@@ -28,8 +28,7 @@ import keras
 import numpy as np
 
 import fast_tf as fast
-from fast_core import Budget, Strategy, make_strategy
-from fast_core.config.run import environment
+from fast_core import Budget, Strategy, make_strategy, run_config
 from fast_core.data.datasets import TASKS, Task, example_task
 from fast_core.runtime.summaries import spent_text
 from fast_core.strategies.spec import strategy_from_environment
@@ -95,7 +94,7 @@ def train(
     x, y = fast.shard(x, y, seed=seed)  # equal shards: a synchronous strategy runs the same steps everywhere
     batches = fast.Batches(x, y, batch_size=batch_size, seed=seed)
     global_epoch = batches.steps * batch_size * engine.size  # the samples of one pass of every rank over its shard
-    budget = Budget.from_config(environment()) or Budget(samples=epochs * global_epoch)
+    budget = Budget.from_config(run_config()) or Budget(samples=epochs * global_epoch)
     model = build(task, strategy, lr, seed)
     talk = verbose and engine.rank == 0
     if talk:

@@ -28,8 +28,7 @@ import itertools
 import numpy as np
 
 import fast_core
-from fast_core import Budget
-from fast_core.config.run import environment
+from fast_core import Budget, run_config
 from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.data.sharding import shard_by_label
 from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
@@ -71,7 +70,7 @@ def main() -> None:
     x_train, y_train = x_train[mine], y_train[mine]
     global_epoch = len(y_train) // args.batch_size * args.batch_size * engine.size  # one pass of every rank
 
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=args.epochs * global_epoch)
     optimizer = Momentum(args.lr, args.momentum) if args.momentum else SGD(args.lr)
     model = SoftmaxRegression(x.shape[1], 10, optimizer=optimizer, seed=engine.rank)

@@ -43,8 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import TensorDataset
 
 import fast_torch as fast
-from fast_core import Budget, Strategy
-from fast_core.config.run import environment
+from fast_core import Budget, Strategy, run_config
 from fast_core.data.datasets import TASKS, Task, example_task
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
 from fast_core.observers.snapshots import curve_text
@@ -135,7 +134,7 @@ def train(
     task, train_set, val_set, test_set = load_data(data, seed)
     loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
     global_epoch = len(loader) * batch_size * engine.size  # the samples one pass of every rank over its shard trains
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     model = build_model(task, seed, hidden).to(device=device, dtype=getattr(torch, dtype))
     if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT come from the environment (fast run sets them)

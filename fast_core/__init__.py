@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from fast_core.config.current import run_config
 from fast_core.config.run import RunConfig
 from fast_core.engine import (
     Engine,
@@ -35,6 +36,7 @@ from fast_core.strategies import (
     LocalSGD,
     Schedule,
     Strategy,
+    StrategySpec,
     make_strategy,
     warmup,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "RunConfig",
     "StepContext",
     "Strategy",
+    "StrategySpec",
     "Topology",
     "TopologyError",
     "Worker",
@@ -90,6 +93,7 @@ __all__ = [
     "mpi_engine",
     "rank",
     "resolve_strategy",
+    "run_config",
     "size",
     "warmup",
 ]

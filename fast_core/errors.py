@@ -22,8 +22,8 @@ class PeerFailed(FastError):
 
 class PeerLost(PeerFailed):
     """A fault-tolerant engine found that a rank of the job is gone (its process died): the survivors can shrink
-    the group (``Engine.shrink``) and go on. ``ranks``: the lost ranks' numbers in the job as first launched
-    (``Engine.world_ranks``), when known at the time of the error (empty otherwise: ``shrink`` tells)."""
+    the group (``FaultTolerant.shrink``) and go on. ``ranks``: the lost ranks' numbers in the job as first launched
+    (``FaultTolerant.world_ranks``), when known at the time of the error (empty otherwise: ``shrink`` tells)."""
 
     def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
         super().__init__(message)

@@ -8,12 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpirun import check_fits_test_timeout
+
 ENTRY_POINT = Path(sys.executable).parent / "fast"  # what pip installs for the `fast` entry point
 FAST = [str(ENTRY_POINT)] if ENTRY_POINT.is_file() else [sys.executable, "-m", "fast_core.cli"]
 
 
 def fast(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``fast args...`` with output captured (one thread per rank's math: OMP_NUM_THREADS=1)."""
+    """``fast args...`` with output captured (one thread per rank's math: OMP_NUM_THREADS=1); ``timeout`` must fit
+    the test's pytest-timeout limit (``mpirun.check_fits_test_timeout``)."""
+    check_fits_test_timeout(timeout)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([*FAST, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 

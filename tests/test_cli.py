@@ -527,9 +527,10 @@ def test_bench_takes_whole_strategy_strings_with_their_options() -> None:
     from fast_core.cli.frameworks import FRAMEWORKS
 
     def planned(*argv: str) -> list[tuple[str, str]]:
-        return bench.plan(FRAMEWORKS["numpy"], parser().parse_args(["bench", "-n", "4", *argv]))
+        runs = bench.plan(FRAMEWORKS["numpy"], parser().parse_args(["bench", "-n", "4", *argv]))
+        return [(run.label, run.mode) for run in runs]
 
-    assert [label for label, _ in planned()] == bench.DEFAULT_STRATEGIES.split(",")
+    assert [label for label, _ in planned()] == list(bench.DEFAULT_STRATEGIES)
     assert planned("--strategy", "async:torus,keep_progress=true", "--strategy", "allreduce") == [
         ("async:torus,keep_progress=true", "async"),
         ("allreduce", "sync"),
@@ -540,3 +541,33 @@ def test_bench_takes_whole_strategy_strings_with_their_options() -> None:
         planned("--strategies", "allreduce", "--strategy", "allreduce")
     with pytest.raises(fast_core.ConfigError, match="no option 'keep_progres'"):
         planned("--strategy", "async:torus,keep_progres=true")
+
+
+def test_strategy_lists_are_cut_where_a_new_name_starts_never_inside_a_strategy() -> None:
+    from fast_core.cli import bench, parser
+    from fast_core.cli.frameworks import FRAMEWORKS
+
+    def planned(*argv: str) -> list[str]:
+        runs = bench.plan(FRAMEWORKS["numpy"], parser().parse_args(["bench", "-n", "4", *argv]))
+        return [run.label for run in runs]
+
+    every = "dpsgd:ring,every=4"
+    coded = "choco:ring,compress=topk:ratio=0.01"
+    assert planned("--strategies", f"allreduce,{every},{coded},async") == ["allreduce", every, coded, "async"]
+    assert planned("--strategies", every, "allreduce") == [every, "allreduce"]  # spaces separate too
+    in_order = planned("--strategy", every, "--strategies", "sgp,async", "--strategy", coded)
+    assert in_order == [every, "sgp", "async", coded]
+    grouped = "choco:ring,compress=(topk:ratio=0.01),gamma=0.5"
+    assert planned("--strategies", f"{grouped},allreduce") == [grouped, "allreduce"]
+    with pytest.raises(fast_core.ConfigError, match="if 'ring' is the bare item of the strategy before it"):
+        planned("--strategies", "dpsgd:every=4,ring")
+    with pytest.raises(fast_core.ConfigError, match="leaves a parenthesis open"):
+        planned("--strategies", "choco:compress=(topk")
+
+
+def test_model_keeps_every_with_its_strategy(capsys) -> None:
+    with pytest.raises(SystemExit) as ended:
+        fast_main(["model", "-n", "8", "--strategies", "dpsgd:ring,every=4", "ps", "--strategy", "localsgd:every=2"])
+    assert ended.value.code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:-1]}
+    assert set(rows) == {"dpsgd:ring,every=4", "ps", "localsgd:every=2"}

@@ -118,7 +118,7 @@ def _boxes_deliver_decoded(engine, codec: str) -> None:
     """Rank 1 publishes (pull) and pushes (push) x; rank 0 reads decode(encode(x)) from both boxes."""
     x = np.random.default_rng(7).normal(size=300) * 10
     coder = make_codec(codec)
-    pull, push = PullBox(engine, x * 0, 0, coder), PushBox(engine, x * 0, 0, coder)
+    pull, push = PullBox(engine, x * 0, 0, codec=coder), PushBox(engine, x * 0, 0, codec=coder)
     if engine.rank == 1:
         pull.publish(x, 5)
         assert push.push(x, 5, dest=0)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from fast_cli import fast
 
+import fast_core
 from fast_core import ConfigError, LocalCluster, Worker
 from fast_core.config.run import RunConfig, parse_timeout
 from fast_core.model.numpy_model import SGD, SoftmaxRegression
@@ -43,7 +44,7 @@ def test_timeout_inf_means_wait_forever_and_asynchronous_close_works(monkeypatch
         assert engine.timeout == math.inf
         return worker.step
 
-    assert LocalCluster(2).run(train) == [5, 5]
+    assert LocalCluster(2, timeout=fast_core.run_config().timeout).run(train) == [5, 5]  # what init() gives
 
 
 def test_the_environment_round_trip_gives_the_configuration_back_whatever_was_set_before() -> None:

@@ -10,7 +10,7 @@ from fast_core import ConfigError, LocalCluster, Worker, make_strategy
 from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import DiLoCo
 from fast_core.strategies.base import GroupChange
-from fast_core.strategies.spec import canonical_strategy
+from fast_core.strategies.canonical import canonical_strategy
 
 
 def test_defaults_are_the_papers_outer_optimizer() -> None:

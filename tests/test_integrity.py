@@ -14,8 +14,9 @@ from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.runtime.agreement import _ranks
 from fast_core.strategies import DPSGD, SGP, Every, Gossip, Schedule, Strategy, warmup
 from fast_core.strategies.base import StepContext
+from fast_core.strategies.canonical import canonical_strategy
 from fast_core.strategies.integrity import NonFiniteError, all_finite, check_own, refused
-from fast_core.strategies.spec import canonical_strategy, make_strategy
+from fast_core.strategies.spec import make_strategy
 from fast_core.topology import make_topology
 
 

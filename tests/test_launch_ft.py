@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from fast_cli import FAST, fast
 
+import fast_core
 import fast_core.engine.mpi as mpi_module
 from fast_core import ConfigError
 from fast_core.cli import launch
@@ -26,6 +27,7 @@ from fast_core.cli.launch import Job, find_ulfm_mpiexec, ulfm_missing
 from fast_core.cli.run import job_ending, launch_variables
 from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
+from fast_core.runtime import process
 
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
 MPICH = "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 2026"
@@ -177,12 +179,16 @@ def engines(monkeypatch):
 
 def test_the_default_engine_is_the_fault_tolerant_one_when_the_configuration_says_so(monkeypatch, engines) -> None:
     monkeypatch.setenv("FAST_FAULT_TOLERANT", "1")
+    monkeypatch.setenv("FAST_TIMEOUT", "5")
     monkeypatch.setenv("OMPI_MCA_mpi_ft_enable", "1")
-    assert default_engine(timeout=5) == "FaultTolerantMPIEngine"
+    monkeypatch.setattr(process, "_engine", None)  # this process's engine is not made yet (restored after)
+    assert fast_core.init() == "FaultTolerantMPIEngine"  # init reads the configuration and gives its numbers
+    assert default_engine(timeout=5, fault_tolerant=True) == "FaultTolerantMPIEngine"
     monkeypatch.setenv("FAST_FAULT_TOLERANT", "0")
-    assert default_engine(timeout=5) == "MPIEngine"
-    assert mpi_engine("comm", 7, fault_tolerant=True) == "FaultTolerantMPIEngine"  # an argument overrides
+    assert default_engine(timeout=5) == "MPIEngine"  # an engine never reads the environment: the values given
+    assert mpi_engine("comm", 7, fault_tolerant=True) == "FaultTolerantMPIEngine"
     assert engines == [
+        ("FaultTolerantMPIEngine", None, 5),
         ("FaultTolerantMPIEngine", None, 5),
         ("MPIEngine", None, 5),
         ("FaultTolerantMPIEngine", "comm", 7),
@@ -204,7 +210,7 @@ def test_fault_tolerance_under_another_mpi_is_refused_naming_the_rank_and_the_fi
     monkeypatch.setenv("OMPI_MCA_mpi_ft_enable", ft_enable)
     monkeypatch.setattr(mpi_module, "_mpi", lambda: _FakeMPI(version))
     with pytest.raises(ConfigError) as refused:
-        default_engine()
+        default_engine(fault_tolerant=fast_core.run_config().fault_tolerant)
     message = str(refused.value)
     assert message.startswith("rank 3: FAST_FAULT_TOLERANT=1 needs Open MPI with ULFM") and "\n" not in message
     assert words in message and "fast run --fault-tolerant" in message

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fast_core import LocalCluster, LocalEngine, PeerFailed, PeerLost, PeerTimeout
+from fast_core.engine.capabilities import FaultTolerant, fault_tolerance, world_ranks
 from fast_core.engine.metered import MeteredEngine
 from fast_core.errors import FastError
 from fast_core.metrics import Metrics
@@ -59,7 +60,7 @@ def test_a_rank_raising_under_a_ring_exchange_is_lost_and_the_survivors_shrink_a
     cluster = LocalCluster(4, timeout=5, fault_tolerant=True)
 
     def body(engine: LocalEngine) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
-        assert engine.fault_tolerant and engine.world_ranks == (0, 1, 2, 3)
+        assert isinstance(engine, FaultTolerant) and engine.world_ranks == (0, 1, 2, 3)
         for step in range(100):
             if engine.rank == 2 and step == 3:
                 raise RuntimeError("rank 2 dies at step 3")
@@ -145,6 +146,7 @@ def test_two_successive_losses_shrink_four_to_three_to_two() -> None:
             assert caught.value.ranks == (doomed,)
             history.append(metered.shrink())
             assert (metered.rank, metered.size, metered.world_ranks) == (engine.rank, engine.size, engine.world_ranks)
+            assert isinstance(metered, FaultTolerant)  # the wrapper has the capability of what it wraps
             check_survivors_work(engine)
         assert engine.world_ranks == (0, 2)
         return history
@@ -186,7 +188,7 @@ def test_a_comm_thread_engine_raises_peer_lost_stays_broken_after_shrink_and_a_n
         with pytest.raises(PeerLost):
             comm.isend(np.ones(1), 1 - engine.rank)
         fresh = engine.dup()
-        assert fresh.world_ranks == (0, 1) and fresh.fault_tolerant
+        assert fresh.world_ranks == (0, 1) and isinstance(fresh, FaultTolerant)
         assert ring(fresh, 10.0 + engine.rank) == (11.0 - engine.rank,) * 2
         return lost
 
@@ -329,14 +331,15 @@ def test_when_every_rank_is_lost_run_raises_the_first_loss() -> None:
 
 def test_without_fault_tolerance_a_failure_or_a_lost_rank_still_stops_the_job() -> None:
     def raising(engine: LocalEngine) -> None:
-        assert not engine.fault_tolerant and engine.world_ranks == (0, 1, 2)
+        assert not isinstance(engine, FaultTolerant) and world_ranks(engine) == (0, 1, 2)
+        assert not isinstance(MeteredEngine(engine, Metrics()), FaultTolerant)
         if engine.rank == 1:
             raise RuntimeError("boom")
         with pytest.raises(PeerFailed) as caught:
             engine.allreduce(np.ones(1))
         assert not isinstance(caught.value, PeerLost)
         with pytest.raises(PeerFailed, match="cannot go on without a lost rank"):
-            engine.shrink()
+            fault_tolerance(engine).shrink()
         raise caught.value
 
     cluster = LocalCluster(3, timeout=5)

@@ -125,3 +125,26 @@ def test_a_measured_sharing_slowdown_replaces_ranks_over_cores() -> None:
     assert shared.slowdown(4) == 3.7 and shared.slowdown(8) == 4.0
     alone = predict("allreduce", LAYERS, 10, 4, MACHINE).compute - 1e-4
     assert predict("allreduce", LAYERS, 10, 4, shared).compute == pytest.approx(3.7 * alone + 1e-4)
+
+
+def test_strategies_answer_the_models_questions_themselves() -> None:
+    from fast_core.strategies import make_strategy
+    from fast_core.strategies.cost import CostProfile
+
+    assert make_strategy("ps:servers=2").cost_profile(8) == CostProfile(rounds=2, models_per_round=4.0)
+    assert make_strategy("easgd:tau=3").cost_profile(8) == CostProfile(rounds=2, models_per_round=7, period=3)
+    assert make_strategy("localsgd:period=8").cost_profile(8) == CostProfile(allreduce=True, period=8)
+    ring = CostProfile(rounds=1, models_per_round=2, timing="overlaps", mixing_copies=4)
+    assert make_strategy("dpsgd:ring").cost_profile(8) == ring
+    assert make_strategy("dpsgd:ring,warmup=5").cost_profile(8) == ring  # priced by the phase that runs to the end
+    assert make_strategy("sgp").cost_profile(8) is None
+
+
+def test_every_spreads_an_exchange_over_its_steps() -> None:
+    compute = step_compute_seconds(LAYERS, 10, MACHINE)
+    every = predict("dpsgd:ring,every=4", LAYERS, 10, 8, MACHINE)
+    assert every.communication == pytest.approx((1e-3 + 2 * 4040 / 1e6) / 4)
+    assert every.step == pytest.approx(max(compute, every.communication) + 4 * 4040 / 1e9 / 4)
+    assert predict("localsgd:period=2,every=2", LAYERS, 10, 8, MACHINE).communication == pytest.approx(
+        predict("localsgd:period=4", LAYERS, 10, 8, MACHINE).communication
+    )

@@ -13,8 +13,8 @@ from fast_core import LocalCluster, Worker, make_strategy
 from fast_core.errors import ConfigError
 from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
 from fast_core.strategies import AsyncPS, SyncPS
+from fast_core.strategies.canonical import canonical_strategy
 from fast_core.strategies.ps import shard_bounds
-from fast_core.strategies.spec import canonical_strategy
 
 STEPS = 12
 PARAMS = (FEATURES + 1) * CLASSES  # the softmax model's flat size

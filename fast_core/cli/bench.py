@@ -1,4 +1,4 @@
-"""``fast bench --framework torch -n 4 --strategies allreduce,dpsgd,async,sgp [--straggler 3] [--compare-ddp]``.
+"""``fast bench --framework torch -n 4 --strategies allreduce,dpsgd:ring,every=4 [--straggler 3] [--compare-ddp]``.
 
 Runs the framework's example once per strategy (one mpiexec launch each, one after the other, so they do not share
 the cores), each into its own run folder under the bench folder, then writes there a table (results.md,
@@ -21,19 +21,22 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive, say, slug, warn_if_oversubscribed
 from fast_core.cli.frameworks import FRAMEWORKS, Framework
 from fast_core.cli.launch import Job, find_mpiexec, python_target, run_job
 from fast_core.cli.plots import plot
 from fast_core.cli.run import add_launch_options, launch_variables, run_config, started, write_run_file
+from fast_core.cli.strategy_options import add_strategy_options, chosen_strategies
 from fast_core.cli.summary import CONSENSUS, Records, Row, compare, markdown, median, summarize, write_csv
 from fast_core.config.run import RunConfig
 from fast_core.observers.runlog import read_run
 from fast_core.observers.straggler import calibrated_seconds, compute_per_step
+from fast_core.strategies.spec import StrategySpec
 
 DDP = "DDP"
-DEFAULT_STRATEGIES = "allreduce,dpsgd,async,sgp"
+DEFAULT_STRATEGIES = ("allreduce", "dpsgd", "async", "sgp")
 CALIBRATION_STRATEGY = "localsgd:period=1000000000"
 """A strategy that exchanges nothing while training (local SGD that never reaches its averaging step)."""
 CALIBRATION_ARGUMENTS = ["--epochs", "1"]
@@ -47,21 +50,11 @@ def add_parser(subparsers) -> None:
         help="train the example with several strategies and compare them",
         description="Train a framework's example once per strategy, side by side, and write a table (markdown, "
         "CSV) and plots into the bench folder.",
-        epilog="example: fast bench --framework torch -n 4 --strategies allreduce,async --straggler 3 --compare-ddp "
-        "(arguments after -- go to the example)",
+        epilog="example: fast bench --framework torch -n 4 --strategies allreduce,dpsgd:ring,every=4 async "
+        "--straggler 3 --compare-ddp (arguments after -- go to the example)",
     )
     parser.add_argument("--framework", choices=sorted(FRAMEWORKS), default="numpy", help="whose example to run")
-    parser.add_argument(
-        "--strategies", help=f"comma-separated strategy names, without options (default {DEFAULT_STRATEGIES})"
-    )
-    parser.add_argument(
-        "--strategy",
-        dest="strategy_specs",
-        action="append",
-        metavar="SPEC",
-        help="one whole strategy string, options and commas included (e.g. async:torus,keep_progress=true); repeat "
-        "it for several; runs after those of --strategies",
-    )
+    add_strategy_options(parser, DEFAULT_STRATEGIES)  # the runs follow the command line's order
     parser.add_argument("--compare-ddp", action="store_true", help="also run torch DistributedDataParallel (gloo)")
     parser.add_argument("--epochs", type=positive, help="epochs per run (default: the example's)")
     parser.add_argument("--data", help="the example's task: digits or mnist1d (torch, tf, jax)")
@@ -92,25 +85,29 @@ def example_arguments(framework: Framework, args: argparse.Namespace) -> list[st
     return chosen + extra
 
 
-def plan(framework: Framework, args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(label, mode) of each run, strategies checked now: a typo must not cost the runs before it."""
-    specs = [s.strip() for s in args.strategy_specs or []]
-    listed = DEFAULT_STRATEGIES if args.strategies is None and not specs else args.strategies or ""
-    names = [s.strip() for s in listed.split(",") if s.strip()] + [s for s in specs if s]
-    if not names:
-        raise CLIError("--strategies is empty; give e.g. allreduce,dpsgd,async")
+class Run(NamedTuple):
+    """One row of the bench: its label (the strategy string as given), sync/async/DDP, and the parsed strategy."""
+
+    label: str
+    mode: str
+    spec: StrategySpec | None
+
+
+def plan(framework: Framework, args: argparse.Namespace) -> list[Run]:
+    """The runs, strategies parsed and checked now: a typo must not cost the runs before it."""
+    chosen = chosen_strategies(args, DEFAULT_STRATEGIES)
     runs = []
-    for name in names:
-        strategy = check_strategy(name, None, args.workers)
-        runs.append((name, "sync" if strategy.lockstep else "async"))
+    for label, spec in chosen:
+        strategy = check_strategy(spec, None, args.workers)
+        runs.append(Run(label, "sync" if strategy.lockstep else "async", spec))
     if args.compare_ddp:
         if not framework.ddp:
             raise CLIError(
                 f"--compare-ddp runs torch DistributedDataParallel: use --framework torch, not {framework.name}"
             )
-        runs.append((DDP, DDP))
-    if len({slug(label) for label, _ in runs}) != len(runs):
-        raise CLIError(f"strategies {', '.join(names)}: a strategy is named twice")
+        runs.append(Run(DDP, DDP, None))
+    if len({slug(run.label) for run in runs}) != len(runs):
+        raise CLIError(f"strategies {', '.join(label for label, _ in chosen)}: a strategy is named twice")
     return runs
 
 
@@ -120,8 +117,9 @@ def calibrate(
     """One launch of the example with no communication, for one epoch and without a budget: (compute seconds per
     step of the straggler rank, the fixed sleep per step that makes it ``--straggler`` times slower)."""
     run_dir = bench_dir / "calibration"
+    spec = StrategySpec.parse(CALIBRATION_STRATEGY)
     config = replace(
-        run_config(args, strategy=CALIBRATION_STRATEGY, run_dir=run_dir, progress=False, label="calibration"),
+        run_config(args, strategy=spec, run_dir=run_dir, progress=False, label="calibration"),
         straggler=None,
         straggler_seconds=None,
         budget_samples=None,
@@ -199,7 +197,7 @@ def main(args: argparse.Namespace) -> int:
     shown = sys.stdout.isatty()
     warn_if_oversubscribed(args.workers, args.hostfile)
     say(f"{len(runs)} runs x {args.repeats} of {framework.module} on {args.workers} workers; results in {bench_dir}")
-    write_run_file(bench_dir, **started(args), framework=framework.name, runs=[label for label, _ in runs])
+    write_run_file(bench_dir, **started(args), framework=framework.name, runs=[run.label for run in runs])
     calibration = None
     if args.straggler is not None and args.straggler > 1:
         calibration = calibrate(framework, args, settings, bench_dir, echo=args.verbose)
@@ -210,13 +208,12 @@ def main(args: argparse.Namespace) -> int:
         )
         write_run_file(bench_dir, calibrated_compute_seconds=compute, straggler_seconds=pause)
     records: dict[str, Records] = {}  # the first round's, for the figures
-    measured: dict[str, list[Row]] = {label: [] for label, _ in runs}
+    measured: dict[str, list[Row]] = {run.label: [] for run in runs}
     for round_ in range(1, args.repeats + 1):
-        for index, (label, mode) in enumerate(runs, start=1):
+        for index, (label, mode, spec) in enumerate(runs, start=1):
             name = f"[{index}/{len(runs)}]" + (f" round {round_}/{args.repeats}" if args.repeats > 1 else "")
             run_dir = bench_dir / slug(label) / (f"round{round_}" if args.repeats > 1 else "")
-            strategy = label if mode != DDP else None
-            config = run_config(args, strategy=strategy, run_dir=run_dir, progress=shown, label=label)
+            config = run_config(args, strategy=spec, run_dir=run_dir, progress=shown, label=label)
             if calibration is not None:
                 config = fixed_straggler(config, calibration[1])
             variables = launch_variables(config)
@@ -234,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
             records.setdefault(label, ranks)
             measured[label].append(summarize(label, mode, ranks, args.target))
             say(f"{name} {label}: {_brief(measured[label][-1])}, {time.monotonic() - began:.0f} s with start-up")
-    rows = [median(measured[label]) for label, _ in runs]
+    rows = [median(measured[run.label]) for run in runs]
     baseline = compare(rows)
     for each_round in zip(*measured.values(), strict=True):
         compare(list(each_round))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import datetime
-import inspect
+import functools
 import os
 import re
 import sys
 from pathlib import Path
 
-from fast_core.config.run import RunConfig, environment
+from fast_core.config.run import RunConfig
 from fast_core.strategies import Strategy
-from fast_core.strategies.spec import STRATEGIES, parse_strategy, resolve_strategy, strategy_spec, topology_used
+from fast_core.strategies.spec import StrategySpec
 from fast_core.topology import make_topology
 
 
@@ -52,25 +52,26 @@ def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
         )
 
 
-def check_strategy(spec: str | None, topology: str | None, workers: int) -> Strategy:
-    """The strategy the ranks will build from the run configuration (``spec`` and ``topology`` given here, else
-    the ones already in this environment), built here first so that a typo is one message now rather than a
-    traceback on every rank; named topologies are built for ``workers`` ranks."""
-    outer = environment()
-    config = RunConfig(strategy=spec or outer.strategy, topology=topology or outer.topology)
-    strategy = resolve_strategy(None, config)
-    effective = strategy_spec(config)
-    name, options = parse_strategy(effective)
-    named = options.get("topology")
-    if isinstance(named, str) and "topology" in inspect.signature(STRATEGIES[name]).parameters:
-        make_topology(named, workers)
+@functools.cache
+def outer_config() -> RunConfig:
+    """The run configuration this ``fast`` command was started with (the FAST_* variables of its own environment,
+    checked), which its launches start from: the command's one read of its environment, kept for the rest of it (a
+    bad value is one ConfigError line, raised again at each call until fixed)."""
+    return RunConfig.from_environment()
+
+
+def check_strategy(spec: StrategySpec, topology: str | None, workers: int) -> Strategy:
+    """The strategy the ranks will build from ``spec`` and the run's ``topology`` (given here, else the one already
+    in this environment), built here first so that a bad option value is one message now rather than a traceback
+    on every rank; named topologies are built for ``workers`` ranks."""
+    effective = spec.with_run_topology(topology or outer_config().topology)
+    strategy = effective.build()
+    if isinstance(effective.topology, str):
+        make_topology(effective.topology, workers)
     if topology:
         make_topology(topology, workers)
-        if not topology_used(config):
-            warn(
-                f"--topology {topology} is not used: strategy '{config.strategy or 'allreduce'}' names its own "
-                "topology or takes none"
-            )
+        if spec.with_run_topology(topology) == spec:
+            warn(f"--topology {topology} is not used: strategy '{spec}' names its own topology or takes none")
     return strategy
 
 

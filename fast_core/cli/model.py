@@ -1,4 +1,5 @@
-"""``fast model --layers dense:64x512,dense:512x10 -n 16 --batch 64``: predicted step time of each strategy.
+"""``fast model --layers dense:64x512,dense:512x10 -n 16 --strategies allreduce,dpsgd:ring,every=4``: predicted step
+time of each strategy (each answers what it sends: ``Strategy.cost_profile``).
 
 ``--calibrate`` measures this machine first (and ``--machine FILE`` keeps or reuses the figures); ``--sweep OUT``
 draws Castello et al.'s five sweeps (batch size, node flop rate, memory bandwidth, link bandwidth, cluster size)
@@ -13,12 +14,14 @@ import dataclasses
 from pathlib import Path
 
 from fast_core.cli.common import CLIError, positive, say
+from fast_core.cli.strategy_options import add_strategy_options, chosen_strategies
 from fast_core.perfmodel import Layer, Machine, Prediction, parse_layers, predict
 from fast_core.perfmodel.layers import parameter_count
 from fast_core.perfmodel.pipeline import decoupled_tick, gpipe_step, pipeline_terms
 from fast_core.simulate import parse_rate
+from fast_core.strategies.spec import StrategySpec
 
-DEFAULT = "allreduce,dpsgd:ring,async:torus,ps,localsgd:period=8,easgd"
+DEFAULT = ("allreduce", "dpsgd:ring", "async:torus", "ps", "localsgd:period=8", "easgd")
 SWEEPS = {  # axis: (label, values as factors of the base, or absolute for size and batch)
     "batch": ("samples per rank per step", [8, 16, 32, 64, 128, 256, 512]),
     "peak_flops": ("node flop rate (x the base)", [0.25, 0.5, 1, 2, 4, 8]),
@@ -39,7 +42,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--layers", default="dense:64x512,dense:512x10", help="dense:INxOUT,... or conv2d:CxKxk@HxW")
     parser.add_argument("-n", "--np", dest="size", type=positive, default=16, help="ranks")
     parser.add_argument("--batch", type=positive, default=64, help="samples per rank per step")
-    parser.add_argument("--strategies", default=DEFAULT, help=f"comma-separated (default {DEFAULT})")
+    add_strategy_options(parser, DEFAULT)
     parser.add_argument(
         "--ranks-per-machine", type=positive, help="ranks on one machine (default 1); --calibrate measures it"
     )
@@ -79,19 +82,24 @@ def machine_from(args: argparse.Namespace) -> Machine:
     return dataclasses.replace(machine, **changes)
 
 
+Chosen = list[tuple[str, StrategySpec]]
+"""The strategies of the command line: (the string as given, its StrategySpec), parsed once."""
+
+
 def predictions(
-    args: argparse.Namespace, layers: list[Layer], machine: Machine, size: int, batch: int
+    args: argparse.Namespace, chosen: Chosen, layers: list[Layer], machine: Machine, size: int, batch: int
 ) -> list[Prediction]:
     return [
-        predict(s, layers, batch, size, machine, args.allreduce, args.ranks_per_machine or 1)
-        for s in args.strategies.split(",")
+        predict(spec, layers, batch, size, machine, args.allreduce, args.ranks_per_machine or 1, label=label)
+        for label, spec in chosen
     ]
 
 
 def main(args: argparse.Namespace) -> int:
+    chosen = chosen_strategies(args, DEFAULT)
     machine = machine_from(args)
     layers = parse_layers(args.layers)
-    rows = predictions(args, layers, machine, args.size, args.batch)
+    rows = predictions(args, chosen, layers, machine, args.size, args.batch)
     count = parameter_count(layers)
     print(f"{args.size} ranks, {count:,} parameters ({count * machine.dtype_bytes / 1e6:.2f} MB), batch {args.batch}")
     print(
@@ -103,12 +111,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"{p.strategy:<24} {p.compute * 1e3:>11.3f} {p.communication * 1e3:>9.3f} {p.step * 1e3:>9.3f}")
     for stages in (int(k) for k in args.stages.split(",") if k):
         rows += layouts(args, machine, layers, stages)
-    for p in rows[len(args.strategies.split(",")) :]:
+    for p in rows[len(chosen) :]:
         print(f"{p.strategy:<24} {p.compute * 1e3:>11.3f} {p.communication * 1e3:>9.3f} {p.step * 1e3:>9.3f}")
     best = min(rows, key=lambda p: p.step)
     print(f"fastest: {best.strategy}")
     if args.sweep is not None:
-        sweep(args, layers, machine, args.sweep)
+        sweep(args, chosen, layers, machine, args.sweep)
         say(f"wrote {args.sweep} and {args.sweep.with_suffix('.csv')}")
     return 0
 
@@ -126,17 +134,16 @@ def layouts(args: argparse.Namespace, machine: Machine, layers: list[Layer], sta
     ]
 
 
-def sweep(args: argparse.Namespace, layers: list[Layer], machine: Machine, out: Path) -> None:
+def sweep(args: argparse.Namespace, chosen: Chosen, layers: list[Layer], machine: Machine, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    strategies = args.strategies.split(",")
     fig, axes = plt.subplots(1, len(SWEEPS), figsize=(4 * len(SWEEPS), 3.5))
     table = []
     for ax, (axis, (label, values)) in zip(axes, SWEEPS.items(), strict=True):
-        curves: dict[str, list[float]] = {s: [] for s in strategies}
+        curves: dict[str, list[float]] = {label: [] for label, _ in chosen}
         for value in values:
             size, batch, changed = args.size, args.batch, machine
             if axis == "size":
@@ -145,7 +152,7 @@ def sweep(args: argparse.Namespace, layers: list[Layer], machine: Machine, out: 
                 batch = int(value)
             else:
                 changed = dataclasses.replace(machine, **{axis: getattr(machine, axis) * value})
-            for p in predictions(args, layers, changed, size, batch):
+            for p in predictions(args, chosen, layers, changed, size, batch):
                 curves[p.strategy].append(p.step)
                 table.append([axis, value, p.strategy, p.compute, p.communication, p.step])
         for strategy, steps in curves.items():

@@ -18,12 +18,22 @@ from dataclasses import replace
 from pathlib import Path
 
 from fast_core.cli import plots
-from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive, say, warn_if_oversubscribed, whole
+from fast_core.cli.common import (
+    CLIError,
+    check_strategy,
+    new_run_dir,
+    outer_config,
+    positive,
+    say,
+    warn_if_oversubscribed,
+    whole,
+)
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
-from fast_core.config.run import RunConfig, environment, rank_prefix
+from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
+from fast_core.strategies.spec import StrategySpec
 
 EXITS = "exits"
 """The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
@@ -77,7 +87,12 @@ def add_parser(subparsers) -> None:
         epilog="example: fast run -n 4 --strategy dpsgd:ring train.py --epochs 3",
     )
     add_launch_options(parser)
-    parser.add_argument("--strategy", help="e.g. allreduce, dpsgd:ring, async:torus (FAST_STRATEGY)")
+    parser.add_argument(
+        "--strategy",
+        metavar="SPEC",
+        help="one strategy string, e.g. allreduce, dpsgd:ring,every=4, async:torus; parsed here once, the ranks get "
+        "its canonical text (FAST_STRATEGY)",
+    )
     parser.add_argument("--topology", help="topology of a strategy that names none, e.g. ring, torus (FAST_TOPOLOGY)")
     parser.add_argument(
         "--budget-samples",
@@ -129,9 +144,10 @@ def add_parser(subparsers) -> None:
 
 
 def run_config(
-    args: argparse.Namespace, *, strategy: str | None, run_dir: Path, progress: bool, label: str
+    args: argparse.Namespace, *, strategy: StrategySpec | None, run_dir: Path, progress: bool, label: str
 ) -> RunConfig:
-    """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options."""
+    """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options;
+    the strategy as its canonical text (None: the script's own)."""
     fixed = args.straggler_seconds
     if args.straggler is None and fixed is None and args.straggler_rank is not None:
         raise CLIError("--straggler-rank needs --straggler FACTOR (how many times slower) or --straggler-seconds S")
@@ -147,13 +163,13 @@ def run_config(
     seconds = getattr(args, "budget_seconds", None)
     if seconds is not None and not 0 < seconds < math.inf:
         raise CLIError(f"--budget-seconds {seconds:g}: give the wall-clock seconds to train, > 0 (e.g. 60)")
-    outer = environment()
+    outer = outer_config()
     samples = getattr(args, "budget_samples", None)
     return replace(
         outer,
         budget_samples=outer.budget_samples if samples is None else samples,
         budget_seconds=outer.budget_seconds if seconds is None else seconds,
-        strategy=strategy,
+        strategy=None if strategy is None else str(strategy),
         topology=getattr(args, "topology", None) or outer.topology,
         straggler=args.straggler,
         straggler_rank=rank,
@@ -201,9 +217,11 @@ def main(args: argparse.Namespace) -> int:
     if args.module and not args.target:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
-    check_strategy(args.strategy, args.topology, args.workers)
-    strategy = args.strategy or environment().strategy
-    label = strategy or "default"
+    named = args.strategy or outer_config().strategy  # None: the script's own (all-reduce unless it names one)
+    spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
+    check_strategy(spec, args.topology, args.workers)
+    strategy = spec if named else None
+    label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = run_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours

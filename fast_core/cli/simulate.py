@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fast_core.cli.common import CLIError, positive, say
+from fast_core.cli.strategy_options import add_strategy_options, chosen_strategies
 from fast_core.errors import ConfigError
 from fast_core.simulate import ComputeTimes, LinkModel, Simulation, SimulationResult, parse_rate, simulate
 
@@ -29,9 +30,7 @@ def add_parser(subparsers) -> None:
         "each link), compute times from a speed distribution. Deterministic for a seed.",
     )
     parser.add_argument("-n", "--np", dest="workers", default="8,32", help="comma-separated worker counts (8,32,128)")
-    parser.add_argument(
-        "--strategy", action="append", metavar="SPEC", help=f"repeatable (default: {', '.join(DEFAULT_STRATEGIES)})"
-    )
+    add_strategy_options(parser, DEFAULT_STRATEGIES)
     parser.add_argument("--steps", type=positive, default=200, help="steps per worker (async: N x steps shared)")
     parser.add_argument("--batch-size", type=positive, default=16)
     parser.add_argument("--lr", type=float, default=0.1)
@@ -113,12 +112,13 @@ def setups(args: argparse.Namespace) -> list[Simulation]:
         raise CLIError(f"-n {args.workers!r}: every worker count must be >= 1")
     switch = None if args.switch is None else parse_rate(args.switch)
     links = LinkModel(parse_rate(args.bandwidth), args.latency, switch, allreduce=args.allreduce)
+    chosen = chosen_strategies(args, DEFAULT_STRATEGIES)  # every string checked before the first job
     jobs = []
     for n in counts:
         compute = ComputeTimes(
             args.compute, args.machine_spread, args.step_spread, args.heavy_tail, _stragglers(args.straggler), args.seed
         )
-        for strategy in args.strategy or DEFAULT_STRATEGIES:
+        for strategy, _ in chosen:
             jobs.append(
                 Simulation(
                     strategy, n, args.steps, args.batch_size, args.lr, args.model, links, compute, seed=args.seed

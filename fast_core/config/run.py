@@ -1,11 +1,11 @@
 """The run configuration: every ``FAST_*`` variable is read and checked here, once, and nowhere else.
 
-``fast run`` writes a RunConfig into the ranks' environment (``to_environment``); each rank reads it back
-(``RunConfig.from_environment``) and the Worker gets what it describes already resolved: a Strategy
-(``strategies.spec.resolve_strategy``), a timeout (the engines), its observers (a reporter, a simulated
-straggler) and a shared work budget (``budget``). A bad value is one ``ConfigError`` line naming the variable and
-a valid spelling, raised on every rank alike (they all read the same environment). This module imports nothing of
-FAST but its errors, so every layer may read it.
+``fast run`` writes a RunConfig into the ranks' environment (``to_environment``); each rank reads it back once
+(``fast_core.config.current.run_config``) and the Worker gets what it describes already resolved: a Strategy
+(``strategies.spec.resolve_strategy``), a timeout (given to the engine by ``fast_core.init``), its observers (a
+reporter, a simulated straggler) and a shared work budget (``budget``). A bad value is one ``ConfigError`` line
+naming the variable and a valid spelling, raised on every rank alike (they all read the same environment). This
+module imports nothing of FAST but its errors, so every layer may read it.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ class RunConfig:
     """What a job's ranks are told from outside the script: strategy, timeout, straggler, reporting, budget."""
 
     strategy: str | None = None
+    """The canonical text of a StrategySpec (``fast run`` parses ``--strategy`` once and writes ``str(spec)``); each
+    rank parses it once (``strategies.spec.run_spec``). None: the script's own strategy."""
     topology: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     """Seconds any wait on a peer may last; ``math.inf`` waits forever (for debugging under a debugger)."""
@@ -214,7 +216,8 @@ def guard_command(env: Mapping[str, str] | None = None) -> list[str] | None:
 
 
 def environment() -> RunConfig:
-    """This process's configuration, read from the environment at each call (tests and launchers change it)."""
+    """The environment's configuration, read again at each call. Superseded by ``fast_core.config.current.
+    run_config()`` (read once per process); kept only until ``fast_core.strategies.spec`` moves to it (issue 30)."""
     return RunConfig.from_environment()
 
 

@@ -6,26 +6,29 @@ import os
 import sys
 from collections.abc import Mapping
 
-from fast_core.config.run import FAULT_TOLERANT_VARIABLE, environment
+from fast_core.config.run import FAULT_TOLERANT_VARIABLE
 from fast_core.engine.base import DEFAULT_TIMEOUT, Engine, Request
+from fast_core.engine.capabilities import FaultTolerant, Metered, VirtualTime
 from fast_core.engine.local import LocalCluster, LocalEngine
 from fast_core.errors import ConfigError
 
 _LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 
-def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | None = None) -> Engine:
-    """An MPIEngine over ``comm`` (COMM_WORLD by default); imports mpi4py only when called.
+def mpi_engine(
+    comm=None, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0
+) -> Engine:
+    """An MPIEngine over ``comm`` (COMM_WORLD by default) waiting ``timeout`` seconds for a peer; imports mpi4py only
+    when called.
 
-    ``fault_tolerant`` (None: the run configuration's, FAST_FAULT_TOLERANT, which ``fast run --fault-tolerant``
-    sets): the FaultTolerantMPIEngine instead, which survives a lost rank; it needs Open MPI with ULFM started with
-    ``--with-ft ulfm``, and any other MPI is refused on every rank (each reads the same environment)."""
-    if fault_tolerant is None:
-        fault_tolerant = environment().fault_tolerant
+    ``fault_tolerant`` (the run configuration's FAST_FAULT_TOLERANT, which ``fast run --fault-tolerant`` sets): the
+    FaultTolerantMPIEngine instead, which survives a lost rank and replaces up to ``max_restarts`` of them
+    (FAST_MAX_RESTARTS); it needs Open MPI with ULFM started with ``--with-ft ulfm``, and any other MPI is refused on
+    every rank (each is given the same configuration)."""
     if not fault_tolerant:
         from fast_core.engine.mpi import MPIEngine
 
-        return MPIEngine(comm, timeout)
+        return MPIEngine(comm, timeout=timeout)
     from fast_core.engine.mpi import _mpi
 
     MPI = _mpi()
@@ -38,7 +41,7 @@ def mpi_engine(comm=None, timeout: float | None = None, fault_tolerant: bool | N
         )
     from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
 
-    return FaultTolerantMPIEngine(comm, timeout, max_restarts=environment().max_restarts)
+    return FaultTolerantMPIEngine(comm, timeout=timeout, max_restarts=max_restarts)
 
 
 def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
@@ -53,26 +56,27 @@ def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
     return None
 
 
-def launched_under_mpi() -> bool:
+def launched_under_mpi(fault_tolerant: bool = False) -> bool:
     """True when this process was started by an MPI launcher (mpiexec/mpirun/srun) with more than one rank, or
-    by any MPI launcher in a fault-tolerant job (a replacement a survivor spawned is alone in its own launch)."""
+    by any MPI launcher in a ``fault_tolerant`` job (a replacement a survivor spawned is alone in its own launch)."""
     for var in _LAUNCHER_SIZE_VARIABLES:
         if var in os.environ:
             try:
-                return int(os.environ[var]) > 1 or environment().fault_tolerant
+                return int(os.environ[var]) > 1 or fault_tolerant
             except ValueError:
                 return False
     return False
 
 
-def default_engine(timeout: float | None = None) -> Engine:
-    """A new engine for this process: MPI when started by an MPI launcher, else a single local worker.
+def default_engine(timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0) -> Engine:
+    """A new engine for this process, from the numbers given (``fast_core.init()`` gives the run configuration's):
+    MPI when started by an MPI launcher, else a single local worker.
 
     A script started without a launcher still runs (as one worker) and says so on stderr. Scripts call
     ``fast_core.init()`` instead, which makes this engine once per process and shares it.
     """
-    if launched_under_mpi():
-        return mpi_engine(timeout=timeout)
+    if launched_under_mpi(fault_tolerant):
+        return mpi_engine(timeout=timeout, fault_tolerant=fault_tolerant, max_restarts=max_restarts)
     print(
         "fast: not started by an MPI launcher, running as a single worker "
         "(use `mpiexec -n 4 python -m mpi4py script.py` for 4 workers)",
@@ -84,9 +88,12 @@ def default_engine(timeout: float | None = None) -> Engine:
 __all__ = [
     "DEFAULT_TIMEOUT",
     "Engine",
+    "FaultTolerant",
     "LocalCluster",
     "LocalEngine",
+    "Metered",
     "Request",
+    "VirtualTime",
     "default_engine",
     "launched_under_mpi",
     "mpi_engine",

@@ -9,19 +9,14 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from fast_core.config.run import DEFAULT_TIMEOUT, check_timeout, environment
-from fast_core.errors import MessageError, PeerFailed, PeerTimeout
+from fast_core.config.run import DEFAULT_TIMEOUT
+from fast_core.errors import MessageError, PeerTimeout
 
-__all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request", "resolve_timeout"]
-
-
-def resolve_timeout(timeout: float | None) -> float:
-    """An engine's timeout: the one given (checked), else the run configuration's (FAST_TIMEOUT, default 120 s)."""
-    return environment().timeout if timeout is None else check_timeout(timeout)
+__all__ = ["COLLECTIVE_KINDS", "DEFAULT_TIMEOUT", "Engine", "Patience", "Request"]
 
 
 REDUCE_OPS = ("sum", "min", "max")
@@ -77,52 +72,20 @@ class Request(ABC):
 
 
 class Engine(ABC):
-    """Rank, size, point-to-point buffers and the three collectives FAST needs."""
+    """The core protocol: rank, size, timeout, point-to-point buffers, the collectives FAST needs, and new engines
+    over the same ranks (dup, split). What some engines can do besides (survive a lost rank, run on virtual time,
+    count their traffic) are capabilities, asked for by type (``fast_core.engine.capabilities``)."""
 
     rank: int
     size: int
     timeout: float
+    """Seconds any wait on a peer may last before a PeerTimeout names the peer (``math.inf``: wait forever)."""
     name: str = "engine"
     threads_supported: bool = True
     """Whether a background thread may communicate while the trainer does (MPI: MPI_THREAD_MULTIPLE granted);
     asynchronous strategies refuse to start without it."""
-    cooperative: bool = False
-    """Whether the engine runs on virtual time (``fast_core.simulate``): a communication thread then starts no
-    thread; the engine calls its work (``attach_pump``) whenever something lands for its rank, and the trainer's
-    waits on it go through ``idle``."""
     thread_level: str = "threads"
     """What the engine was granted, for error messages (MPI: the thread level's name, like MPI_THREAD_SINGLE)."""
-    fault_tolerant: bool = False
-    """Whether the job survives a lost rank: the engine then raises PeerLost (not PeerFailed) when a rank is gone,
-    and ``shrink`` gives the survivors a working group (MPI with ULFM under ``fast run --fault-tolerant``;
-    ``LocalCluster(fault_tolerant=True)``)."""
-
-    @property
-    def world_ranks(self) -> tuple[int, ...]:
-        """The rank each current rank had when the job was launched (``shrink`` renumbers the survivors 0..n-1, in
-        their old order): messages and run records name ranks by these numbers."""
-        return tuple(range(self.size))
-
-    restarts_left: int = 0
-    """Lost ranks the engine may still replace with new processes (``grow``; ``fast run --max-restarts``)."""
-    joined: tuple[int, ...] = ()
-    """On a process started to replace lost ranks, until its Worker joined the group: the newcomers' launch
-    numbers. Empty otherwise."""
-
-    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
-        """Collective over the survivors after ``shrink``: start new processes for (some of) the launch numbers
-        ``replacing`` and take them into the group; returns the numbers replaced. Engines that cannot: none."""
-        return ()
-
-    def shrink(self) -> tuple[int, ...]:
-        """Collective among the survivors, after a PeerLost: agree on who is gone, renumber the survivors 0..n-1
-        (in their old order; ``rank`` and ``size`` change in place, so every holder of this engine sees the new
-        group) and return the launch numbers (``world_ranks``) of the ranks lost. Engines made by ``dup`` before
-        are abandoned: their owners make new ones. Only fault-tolerant engines can."""
-        raise PeerFailed(
-            f"rank {self.rank}: the {self.name} engine cannot go on without a lost rank; run with "
-            "`fast run --fault-tolerant` (Open MPI with ULFM: pip install 'fast-training[mpi-ft]')"
-        )
 
     @abstractmethod
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
@@ -195,22 +158,10 @@ class Engine(ABC):
         used: an engine from ``split`` or ``dup`` that lives until the end would otherwise be reported pending at
         MPI_Finalize."""
 
-    def attach_pump(self, pump: Callable[[], bool]) -> None:
-        """Cooperative engines: call ``pump`` whenever something lands for this rank, until it returns False."""
-        raise NotImplementedError(f"the {self.name} engine runs communication threads as threads")
-
-    def nudge(self) -> None:  # noqa: B027 - only cooperative engines have pumps to run
-        """Cooperative engines: run this rank's pumps soon (the trainer staged work for its thread)."""
-
-    def idle(self) -> None:
-        """Cooperative engines: wait until something lands for this rank (a trainer waiting on its thread)."""
-        raise NotImplementedError(f"the {self.name} engine runs communication threads as threads")
-
-    def record_wait(self, seconds: float) -> None:  # noqa: B027 - a metering engine counts it
-        """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
-
     def check_alive(self) -> None:  # noqa: B027 - optional hook, most engines have nothing to check
-        """Raise when the job cannot make progress any more (used by in-process clusters)."""
+        """Raise when waiting on a peer is pointless: a failed rank of an in-process cluster (PeerFailed), a lost
+        rank of a fault-tolerant group (PeerLost). Every wait polls it, so a wait ends before its timeout when the
+        engine knows the peer will never come; engines that cannot tell have nothing to check."""
 
     def wait(self, request: Request, timeout: float | None = None) -> None:
         self.wait_all((request,), timeout)

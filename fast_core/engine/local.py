@@ -25,7 +25,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fast_core.config.run import check_timeout
 from fast_core.engine.base import (
+    DEFAULT_TIMEOUT,
     Engine,
     Request,
     check_color,
@@ -34,8 +36,8 @@ from fast_core.engine.base import (
     check_op,
     check_tag,
     deliver,
-    resolve_timeout,
 )
+from fast_core.engine.capabilities import FaultTolerant
 from fast_core.engine.membership import Membership, Shrink
 from fast_core.errors import PeerFailed, PeerLost, PeerTimeout
 
@@ -45,11 +47,11 @@ _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 class LocalCluster:
     """Shared mailboxes and collectives of ``size`` in-process workers (``fault_tolerant``: see the module)."""
 
-    def __init__(self, size: int, timeout: float | None = None, fault_tolerant: bool = False) -> None:
+    def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one worker, got size={size}")
         self.size = size
-        self.timeout = resolve_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, int, int], dict[int, np.ndarray]] = {}
         self._sent: dict[tuple[int, int, int], int] = {}
@@ -60,7 +62,7 @@ class LocalCluster:
         self._parent: LocalCluster | None = None
         self.fault_tolerant = fault_tolerant
         self.members = tuple(range(size))
-        """Each rank's launch number (``Engine.world_ranks``): itself, except in a cluster a shrink made."""
+        """Each rank's launch number (``FaultTolerant.world_ranks``): itself, except in a cluster a shrink made."""
         self.membership = Membership() if fault_tolerant else None
         self._shrink: Shrink | None = None
         self._threads: dict[int, int] = {}  # rank -> thread ident under run(): where an awaited rank was, on a timeout
@@ -98,7 +100,8 @@ class LocalCluster:
         self._parent = parent
 
     def engine(self, rank: int) -> LocalEngine:
-        return LocalEngine(self, rank)
+        """Rank ``rank``'s engine: a FaultTolerantLocalEngine in a fault-tolerant cluster, else a LocalEngine."""
+        return (FaultTolerantLocalEngine if self.fault_tolerant else LocalEngine)(self, rank)
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``fn(engine, *args, **kwargs)`` on every rank in its own thread; return results by rank.
@@ -360,50 +363,27 @@ class LocalEngine(Engine):
         self.rank = rank
         self.size = cluster.size
         self.timeout = cluster.timeout
-        self.fault_tolerant = cluster.fault_tolerant
         self._generation = 0
         self._kind_counts: dict[str, int] = {}
-
-    @property
-    def world_ranks(self) -> tuple[int, ...]:
-        return self.cluster.members
 
     def check_alive(self) -> None:
         self.cluster.check_alive(self.rank)
 
-    def shrink(self) -> tuple[int, ...]:
-        """Collective among the survivors (see Engine.shrink and membership.Shrink): a member lost before the
-        last survivor arrives is not waited for and is counted in this shrink's result (``()`` if none was lost);
-        one lost after it leaves the new group revoked, so the next call raises PeerLost and the survivors shrink
-        again. Engines dup'ed before stay revoked; dup again after."""
-        if not self.fault_tolerant:
-            return super().shrink()
-        lost, rank, cluster = self.cluster.shrink(self.rank, self.timeout)
-        self.cluster, self.rank, self.size = cluster, rank, cluster.size
-        self._generation = 0
-        self._kind_counts = {}
-        return lost
-
     def dup(self, timeout: float | None = None) -> LocalEngine:
         seconds = self.timeout if timeout is None else timeout
-        fresh = None
-        if self.rank == 0 and self.fault_tolerant:
-            fresh = self.cluster.group(self.cluster.members, seconds)
-        elif self.rank == 0:
-            fresh = LocalCluster(self.size, seconds)
+        fresh = self._new_cluster(seconds) if self.rank == 0 else None
         clusters = self._collective(fresh, "dup")
         clusters[0].link_failures(self.cluster)
         return clusters[0].engine(self.rank)
+
+    def _new_cluster(self, timeout: float) -> LocalCluster:
+        """The cluster of a ``dup`` over the same ranks (made by rank 0 alone)."""
+        return LocalCluster(self.size, timeout)
 
     def split(self, color: int) -> LocalEngine:
         """Two collectives: every rank's color, then each group's new cluster, made once by its first member. A
         failure in this cluster stops waits in the groups too."""
         check_color(color)
-        if self.fault_tolerant:
-            raise NotImplementedError(
-                f"rank {self.rank}: a fault-tolerant LocalCluster cannot split into groups yet (a lost rank would "
-                "leave its group without a way to shrink); split a LocalCluster made without fault_tolerant"
-            )
         colors = self._collective(int(color), "split (colors)")
         members = [r for r, c in enumerate(colors) if c == color]
         fresh = LocalCluster(len(members), self.timeout) if members[0] == self.rank else None
@@ -472,3 +452,32 @@ class LocalEngine(Engine):
         self.cluster.revoked(self.rank)
         self._generation += 1
         return _LocalBarrier(self.cluster, self.rank, self._generation)
+
+
+class FaultTolerantLocalEngine(LocalEngine, FaultTolerant):
+    """One worker's view of a ``LocalCluster(fault_tolerant=True)``: it survives a lost rank (see the module)."""
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        return self.cluster.members
+
+    def shrink(self) -> tuple[int, ...]:
+        """Collective among the survivors (see FaultTolerant.shrink and membership.Shrink): a member lost before the
+        last survivor arrives is not waited for and is counted in this shrink's result (``()`` if none was lost);
+        one lost after it leaves the new group revoked, so the next call raises PeerLost and the survivors shrink
+        again. Engines dup'ed before stay revoked; dup again after."""
+        lost, rank, cluster = self.cluster.shrink(self.rank, self.timeout)
+        self.cluster, self.rank, self.size = cluster, rank, cluster.size
+        self._generation = 0
+        self._kind_counts = {}
+        return lost
+
+    def _new_cluster(self, timeout: float) -> LocalCluster:
+        """A dup's cluster shares the job's record of losses, so a loss revokes it too."""
+        return self.cluster.group(self.cluster.members, timeout)
+
+    def split(self, color: int) -> LocalEngine:
+        raise NotImplementedError(
+            f"rank {self.rank}: a fault-tolerant LocalCluster cannot split into groups yet (a lost rank would "
+            "leave its group without a way to shrink); split a LocalCluster made without fault_tolerant"
+        )

@@ -3,11 +3,13 @@
 ``MeteredEngine(engine, metrics)`` behaves exactly as ``engine`` and adds to ``metrics``: a send's bytes when it is
 posted, a receive's bytes when it completes (a cancelled receive moved nothing), every second a wait or a
 collective blocks the caller, and a ring all-reduce's traffic (about 2 (N-1)/N of the buffer in and out). Its
-``dup()`` is metered into the same ``metrics``, so a strategy's communication thread is counted too.
+``dup()`` is metered into the same ``metrics``, so a strategy's communication thread is counted too. It has the
+capabilities of ``engine`` (``fast_core.engine.capabilities``): a shrink or a virtual-time pump goes to ``engine``.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from fast_core.engine.base import Engine, Request
+from fast_core.engine.capabilities import FaultTolerant, Metered, VirtualTime
 from fast_core.metrics import Metrics
 
 
@@ -71,8 +74,14 @@ class MeteredRequest(Request):
         return self.inner.describe()
 
 
-class MeteredEngine(Engine):
-    """``engine`` with every message, byte and blocking second counted into ``metrics``."""
+class MeteredEngine(Metered):
+    """``engine`` with every message, byte and blocking second counted into ``metrics``. It has every capability
+    ``engine`` has (``isinstance(MeteredEngine(engine, m), FaultTolerant)`` when ``engine`` is), forwarded to it."""
+
+    def __new__(cls, engine: Engine, metrics: Metrics, meter: _Meter | None = None) -> MeteredEngine:
+        if cls is MeteredEngine:  # the class that also forwards what ``engine`` can do besides messaging
+            cls = _metered_class(tuple(c for c in _FORWARDERS if isinstance(engine, c)))
+        return super().__new__(cls)
 
     def __init__(self, engine: Engine, metrics: Metrics, meter: _Meter | None = None) -> None:
         self.inner = engine
@@ -89,17 +98,6 @@ class MeteredEngine(Engine):
         return self.inner.size
 
     @property
-    def fault_tolerant(self) -> bool:  # type: ignore[override]
-        return self.inner.fault_tolerant
-
-    @property
-    def world_ranks(self) -> tuple[int, ...]:
-        return self.inner.world_ranks
-
-    def shrink(self) -> tuple[int, ...]:
-        return self.inner.shrink()
-
-    @property
     def timeout(self) -> float:  # type: ignore[override]
         return self.inner.timeout
 
@@ -110,19 +108,6 @@ class MeteredEngine(Engine):
     @property
     def thread_level(self) -> str:  # type: ignore[override]
         return self.inner.thread_level
-
-    @property
-    def cooperative(self) -> bool:  # type: ignore[override]
-        return self.inner.cooperative
-
-    def attach_pump(self, pump: Callable[[], bool]) -> None:
-        self.inner.attach_pump(pump)
-
-    def nudge(self) -> None:
-        self.inner.nudge()
-
-    def idle(self) -> None:
-        self.inner.idle()
 
     def record_wait(self, seconds: float) -> None:
         """Count ``seconds`` the trainer spent waiting on a peer outside the engine (a transport's own wait)."""
@@ -199,6 +184,65 @@ class MeteredEngine(Engine):
             operation(*args)
         finally:
             self._meter.waited(time.perf_counter() - start)
+
+
+class _ForwardsFaultTolerance(FaultTolerant):
+    """A MeteredEngine's FaultTolerant part: the inner engine's (its shrink changes the rank and size read through)."""
+
+    inner: FaultTolerant
+
+    @property
+    def world_ranks(self) -> tuple[int, ...]:
+        return self.inner.world_ranks
+
+    def shrink(self) -> tuple[int, ...]:
+        return self.inner.shrink()
+
+    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
+        return self.inner.grow(replacing)
+
+    @property
+    def restarts_left(self) -> int:  # type: ignore[override]
+        return self.inner.restarts_left
+
+    @property
+    def joined(self) -> tuple[int, ...]:  # type: ignore[override]
+        return self.inner.joined
+
+    @joined.setter
+    def joined(self, value: tuple[int, ...]) -> None:
+        self.inner.joined = value
+
+
+class _ForwardsVirtualTime(VirtualTime):
+    """A MeteredEngine's VirtualTime part: the inner engine's scheduling hooks."""
+
+    inner: VirtualTime
+
+    def attach_pump(self, pump: Callable[[], bool]) -> None:
+        self.inner.attach_pump(pump)
+
+    def nudge(self) -> None:
+        self.inner.nudge()
+
+    def idle(self) -> None:
+        self.inner.idle()
+
+
+_FORWARDERS: dict[type[Engine], type[Engine]] = {
+    FaultTolerant: _ForwardsFaultTolerance,
+    VirtualTime: _ForwardsVirtualTime,
+}
+"""Each capability a MeteredEngine takes from the engine it wraps, and the class that forwards it."""
+
+
+@functools.cache
+def _metered_class(capabilities: tuple[type[Engine], ...]) -> type[MeteredEngine]:
+    """MeteredEngine with the forwarding of ``capabilities`` mixed in (one class per combination, made once)."""
+    if not capabilities:
+        return MeteredEngine
+    name = "Metered" + "".join(c.__name__ for c in capabilities) + "Engine"
+    return type(name, (MeteredEngine, *(_FORWARDERS[c] for c in capabilities)), {"__module__": __name__})
 
 
 def unmetered(engine: Engine) -> Engine:

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from fast_core.config.run import check_timeout
 from fast_core.engine.base import (
     COLLECTIVE_KINDS,
+    DEFAULT_TIMEOUT,
     MAX_USER_TAG,
     Engine,
     Patience,
@@ -23,7 +25,6 @@ from fast_core.engine.base import (
     check_kind,
     check_op,
     check_tag,
-    resolve_timeout,
     timeout_error,
 )
 from fast_core.errors import MessageError, PeerFailed, PeerTimeout
@@ -131,12 +132,12 @@ class MPIEngine(Engine):
 
     name = "mpi"
 
-    def __init__(self, comm=None, timeout: float | None = None) -> None:
+    def __init__(self, comm=None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self._MPI = MPI = _mpi()
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.timeout = resolve_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         granted = MPI.Query_thread()
         self.threads_supported = granted == MPI.THREAD_MULTIPLE
         names = {getattr(MPI, f"THREAD_{level}"): f"MPI_THREAD_{level}" for level in _THREAD_LEVELS}

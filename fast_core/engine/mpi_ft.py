@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from fast_core.config.run import guard_command
-from fast_core.engine.base import Request
+from fast_core.engine.base import DEFAULT_TIMEOUT, Request
+from fast_core.engine.capabilities import FaultTolerant
 from fast_core.engine.mpi import MPIEngine, _error_text, _mpi
 from fast_core.errors import FastError, PeerLost, PeerTimeout
 
@@ -70,16 +71,15 @@ def _revoke(comm) -> None:
         pass
 
 
-class FaultTolerantMPIEngine(MPIEngine):
+class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
     """MPIEngine whose job survives a dead rank: ``PeerLost`` on every survivor, then ``shrink``."""
 
     name = "mpi-ft"
-    fault_tolerant = True
 
     def __init__(
         self,
         comm=None,
-        timeout: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
         max_restarts: int = 0,
         *,
         _group: _Group | None = None,

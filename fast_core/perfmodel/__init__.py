@@ -3,15 +3,15 @@
 
 from fast_core.perfmodel.layers import Layer, conv2d, dense, parse_layers, step_compute_seconds
 from fast_core.perfmodel.machine import Machine
-from fast_core.perfmodel.predict import MODELLED, Prediction, predict
+from fast_core.perfmodel.predict import Prediction, modelled, predict
 
 __all__ = [
-    "MODELLED",
     "Layer",
     "Machine",
     "Prediction",
     "conv2d",
     "dense",
+    "modelled",
     "parse_layers",
     "predict",
     "step_compute_seconds",

@@ -26,7 +26,7 @@ _TEXT = 160  # bytes of a strategy string shown in the error (longer ones are cu
 def check_same_setup(layout: FlatLayout, strategy: str, engine: Engine) -> None:
     """Raise on every rank when the ranks' layouts (ModelMismatchError) or strategy strings (ConfigError) differ.
 
-    ``strategy`` is the canonical strategy string (``fast_core.strategies.spec.canonical_strategy``). Costs one
+    ``strategy`` is the canonical strategy string (``fast_core.strategies.canonical.canonical_strategy``). Costs one
     allreduce of size x 48 bytes when all agree.
     """
     table = np.zeros((engine.size, _LAYOUT + _STRATEGY), dtype=np.uint8)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fast_core.config.run import RunConfig, environment
+from fast_core.config.current import run_config
+from fast_core.config.run import RunConfig
 from fast_core.engine import Engine
 from fast_core.engine.metered import MeteredEngine
 from fast_core.metrics import Metrics
@@ -54,8 +55,8 @@ def wire(
     budget: Budget | None = None,
 ) -> Parts:
     """The parts of one rank's Worker. ``strategy``, ``observers`` and ``budget``: None takes the run
-    configuration's (``config``, else the environment ``fast run`` sets)."""
-    config = config if config is not None else environment()
+    configuration's (``config``, else this process's: ``fast_core.run_config()``)."""
+    config = config if config is not None else run_config()
     resolved = resolve_strategy(strategy, config)
     metrics = Metrics()
     context = StepContext(MeteredEngine(engine, metrics), model, metrics)

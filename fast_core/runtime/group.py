@@ -86,8 +86,8 @@ class Group:
         return next_step if self._change is None else self._recover(next_step)
 
     def join(self) -> None:
-        """Start as a replacement of lost ranks (a process ``Engine.grow`` started): join the running group, taking
-        its parameters, step, optimizer state and budget share."""
+        """Start as a replacement of lost ranks (a process ``FaultTolerant.grow`` started): join the running group,
+        taking its parameters, step, optimizer state and budget share."""
         join(self.state)
 
     # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """This process's engine, made once and shared by every caller: ``fast_core.init()``, ``fast_torch.init()``,
-``fast_tf.init()`` and ``fast_jax.init()`` all return it (MPI under an MPI launcher, else one local worker)."""
+``fast_tf.init()`` and ``fast_jax.init()`` all return it (MPI under an MPI launcher, else one local worker), made
+from the numbers of this process's run configuration (``fast_core.run_config()``, read once)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import threading
 
 import numpy as np
 
+from fast_core.config.current import run_config
+from fast_core.config.run import check_timeout
 from fast_core.engine import Engine, default_engine
 from fast_core.engine.collectives import JOB
 
@@ -17,13 +20,19 @@ _engine: Engine | None = None
 
 
 def init(timeout: float | None = None) -> Engine:
-    """Start FAST for this process and return its engine; later calls return the same one (``timeout``, the
-    seconds any wait on a peer may last, counts only on the first call). A new engine on each call is
-    ``fast_core.engine.default_engine``."""
+    """Start FAST for this process and return its engine; later calls return the same one. The engine is made from
+    the run configuration (``run_config()``: its timeout, fault tolerance and restarts); ``timeout``, the seconds
+    any wait on a peer may last, replaces the configuration's and counts only on the first call. A new engine on
+    each call is ``fast_core.engine.default_engine``."""
     global _engine
     with _lock:
         if _engine is None:
-            _engine = default_engine(timeout=timeout)
+            config = run_config()
+            _engine = default_engine(
+                timeout=config.timeout if timeout is None else check_timeout(timeout),
+                fault_tolerant=config.fault_tolerant,
+                max_restarts=config.max_restarts,
+            )
         return _engine
 
 

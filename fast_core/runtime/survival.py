@@ -4,7 +4,7 @@ Every survivor learns of the loss as a ``PeerLost`` from its engine, in whatever
 wait for a neighbour, its communication thread), and runs ``survive`` there:
 
 1. its strategy and the budget's grant service stop their threads, with no collective (``Strategy.abandon``);
-2. the engine shrinks the group to the survivors, who agree on who is gone (``Engine.shrink``);
+2. the engine shrinks the group to the survivors, who agree on who is gone (``FaultTolerant.shrink``);
 3. a consensus point: under a lockstep strategy the survivors take the largest step and round any of them reached
    (one may have finished the step the others were in); all take the average of their parameters, so lockstep
    replicas are equal again and push-sum, EASGD's centre and pair averages restart from a common value (what a
@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fast_core.engine import Engine
+from fast_core.engine.capabilities import FaultTolerant, fault_tolerance
 from fast_core.errors import ConfigError, PeerLost
 from fast_core.model.contract import ModelAdapter
 from fast_core.runtime.agreement import check_same_setup
@@ -39,7 +40,7 @@ from fast_core.runtime.budget import Allowance
 from fast_core.runtime.clock import set_step
 from fast_core.strategies import Strategy
 from fast_core.strategies.base import GroupChange, StepContext
-from fast_core.strategies.spec import canonical_strategy
+from fast_core.strategies.canonical import canonical_strategy
 
 log = logging.getLogger("fast")
 
@@ -76,7 +77,7 @@ class RecoveryState:
 def survive(state: RecoveryState, error: PeerLost) -> GroupChange:
     """Steps 1, 2 and the budget's part of 4 on this survivor (collective over the survivors, and the replacements
     if any are started); ``resync`` does the rest, at once or at the end of the step in progress."""
-    engine = state.engine
+    engine = fault_tolerance(state.engine)
     old_world, old_size = engine.world_ranks, engine.size
     log.warning("rank %d (launched as %d): %s", engine.rank, old_world[engine.rank], error)
     state.strategy.abandon(state.context)
@@ -91,10 +92,10 @@ def survive(state: RecoveryState, error: PeerLost) -> GroupChange:
 
 
 def join(state: RecoveryState) -> None:
-    """A process started to replace lost ranks (``Engine.joined``) joins the group from its Worker's start: the
-    same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a live
-    rank, not from a file) and its place in the topology and the budget."""
-    engine = state.engine
+    """A process started to replace lost ranks (``FaultTolerant.joined``) joins the group from its Worker's start:
+    the same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a
+    live rank, not from a file) and its place in the topology and the budget."""
+    engine = fault_tolerance(state.engine)
     change = GroupChange((), 0, (), engine.size, engine.joined)
     _regroup(state, change, member=False)
     state.step = resync(state, change, member=False, next_step=-1)
@@ -182,7 +183,7 @@ def _in_lockstep(state: RecoveryState) -> bool:
 def check_can_survive(state: RecoveryState, error: PeerLost, attempts: int) -> None:
     """Re-raise ``error`` where the job cannot go on: the engine is not fault tolerant, the strategy says it cannot
     survive, or ranks keep dying during the recovery."""
-    if not state.engine.fault_tolerant:
+    if not isinstance(state.engine, FaultTolerant):
         raise error
     if not state.strategy.survivable:
         raise PeerLost(f"{error}; strategy {state.strategy.name} cannot go on without the lost rank") from error

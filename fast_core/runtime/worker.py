@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
+from fast_core.engine.capabilities import joining
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, EpochEnded, Started, StepEnded
@@ -24,7 +25,7 @@ from fast_core.runtime.budget import Budget, check_batch_size
 from fast_core.runtime.builder import wire
 from fast_core.runtime.clock import set_step
 from fast_core.strategies import Strategy
-from fast_core.strategies.spec import canonical_strategy
+from fast_core.strategies.canonical import canonical_strategy
 
 log = logging.getLogger("fast")
 
@@ -79,12 +80,12 @@ class Worker:
     # training ---------------------------------------------------------------------------------------------------
     def start(self) -> Worker:
         """Check every rank holds the same model and runs the same strategy (one collective), give all the same
-        start, and let the strategy set up. A replacement of lost ranks (a process ``Engine.grow`` started) joins
-        the running group instead, taking its parameters, step, optimizer state and budget."""
+        start, and let the strategy set up. A replacement of lost ranks (a process ``FaultTolerant.grow`` started)
+        joins the running group instead, taking its parameters, step, optimizer state and budget."""
         if self._started:
             return self
         budgeted = self.claims.budget is not None
-        if self.engine.joined:
+        if joining(self.engine):
             self.claims.open(self.strategy.lockstep_steps() if budgeted else 0, joining=True)
             self.group.join()
         else:

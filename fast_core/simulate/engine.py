@@ -7,7 +7,7 @@ last send completed is paced by its link. Collectives complete when the last ran
 (``LinkModel``). Waits never poll: a wait whose end is known sleeps until then, one whose end is not yet known
 blocks until something addressed to its rank happens (``VirtualScheduler``).
 
-Communication threads of asynchronous strategies do not run as threads here (``cooperative``): the scheduler
+Communication threads of asynchronous strategies do not run as threads here (``VirtualTime``): the scheduler
 calls them (``attach_pump``) at the moment something lands for their rank, which is what a background thread that
 is never short of a core would do.
 """
@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from fast_core.engine.base import Engine, Request, check_contiguous, check_kind, check_op, check_tag, deliver
+from fast_core.engine.base import Request, check_contiguous, check_kind, check_op, check_tag, deliver
+from fast_core.engine.capabilities import VirtualTime
 from fast_core.errors import PeerTimeout
 from fast_core.simulate.links import LinkModel, LinkQueues
 from fast_core.simulate.scheduler import Deadlock, VirtualScheduler
@@ -170,12 +171,11 @@ class _SimCollectiveRequest(_SimRequest):
         return f"{self.kind} #{self._key} (missing ranks {list(self.awaited())})"
 
 
-class SimEngine(Engine):
-    """One simulated worker's view of a SimCluster."""
+class SimEngine(VirtualTime):
+    """One simulated worker's view of a SimCluster: the core protocol on virtual time (``VirtualTime``)."""
 
     name = "simulated"
     threads_supported = True
-    cooperative = True
 
     def __init__(self, cluster: SimCluster, context: _Context, rank: int) -> None:
         if not 0 <= rank < cluster.size:
@@ -204,7 +204,7 @@ class SimEngine(Engine):
         self.cluster.scheduler.notify(self.rank, self.now)
 
     def idle(self) -> None:
-        """Wait for the next thing addressed to this rank (a cooperative communication thread's trainer waits)."""
+        """Wait for the next thing addressed to this rank (a trainer waiting on its communication thread)."""
         self._block([])
 
     # point to point ------------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ class SimEngine(Engine):
             if self.cluster.scheduler.running != self.rank:
                 raise RuntimeError(
                     f"rank {self.rank}: a communication thread waited inside the simulator for "
-                    f"{pending[0].describe()}; in cooperative mode its work must only test requests"
+                    f"{pending[0].describe()}; on virtual time its work must only test requests"
                 )
             if all(t is not None for t in times):
                 self.cluster.scheduler.sleep_until(self.rank, max(times))  # type: ignore[type-var]

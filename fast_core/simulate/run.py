@@ -31,6 +31,7 @@ from fast_core.runtime.worker import Worker
 from fast_core.simulate.engine import SimCluster, SimEngine
 from fast_core.simulate.links import LinkModel
 from fast_core.simulate.speeds import ComputeTimes
+from fast_core.strategies.spec import StrategySpec
 
 __all__ = ["CurvePoint", "Simulation", "SimulationResult", "run_threads", "simulate"]
 
@@ -105,6 +106,7 @@ class _Job:
         self.x_train, self.y_train, self.x_test, self.y_test = train_test_split(x, y, test_fraction=0.2, seed=0)
         n = setup.workers
         self.setup = setup
+        self.strategy = StrategySpec.parse(setup.strategy)  # once for the job: each worker builds its own from it
         self.models = [_make_model(setup.model, x.shape[1], setup.lr, setup.seed + rank) for rank in range(n)]
         self.steps_done = np.zeros(n, dtype=np.int64)
         self.claimed = np.zeros(n, dtype=np.int64)
@@ -129,7 +131,7 @@ class _Job:
         model = self.models[rank]
         rng = np.random.default_rng([setup.seed, rank, 11])
         config = RunConfig()  # never the launcher's environment: no run folder, straggler or budget of a real job
-        worker = Worker(model, setup.strategy, engine, config=config).start()
+        worker = Worker(model, self.strategy, engine, config=config).start()
         lockstep = worker.strategy.lockstep
         while self.steps_done[rank] < setup.steps if lockstep else self.claimed.sum() < self.budget:
             self.claimed[rank] += 1

@@ -7,9 +7,9 @@ and the scheduler hands it to whichever event is due first. Code between two suc
 
 A conservative discrete-event simulation: events run in (time, sequence) order, so the global clock never goes
 back and a message can never arrive in a worker's past. Events are: wake a trainer, pump a rank's communication
-threads (``fast_core.transport.CommThread`` in cooperative mode: a background thread's work at the moment a
-message lands), and monitors (the runner's evaluations at fixed virtual times). Ties are broken by the order events
-were scheduled, so a run is deterministic for a seed.
+threads (``fast_core.transport.CommThread`` on virtual time, run by ``transport.drivers.VirtualTimeDriver``: a
+background thread's work at the moment a message lands), and monitors (the runner's evaluations at fixed virtual
+times). Ties are broken by the order events were scheduled, so a run is deterministic for a seed.
 
 A trainer that waits for something nobody has sent yet is *blocked*: it has no wake-up of its own and is woken by
 the next event addressed to its rank. When no event is left and trainers are still blocked, no message can ever

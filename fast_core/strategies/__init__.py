@@ -3,6 +3,10 @@
 FAST, Gossip and EASGD each name a family: the constructor builds the synchronous or the asynchronous class
 (``SyncFAST``/``AsyncFAST``, ``SyncGossip``/``AsyncGossip``, ``SyncEASGD``/``AsyncEASGD`` under EASGD's ``Every``);
 the parameter server ``ParameterServer`` builds ``SyncPS`` or ``AsyncPS`` from its ``mode``.
+
+Each class registers its name (registry.py); a strategy string is read once into a ``StrategySpec`` (spec.py) that
+builds it, and a built strategy is described by its canonical text (canonical.py). Each answers ``fast model``'s
+questions itself (``Strategy.cost_profile``, cost.py).
 """
 
 from fast_core.strategies.adpsgd import ADPSGD
@@ -23,7 +27,7 @@ from fast_core.strategies.local_sgd import LocalSGD, ParameterAverage
 from fast_core.strategies.ps import ParameterServer, SyncPS
 from fast_core.strategies.ps_async import AsyncPS
 from fast_core.strategies.sgp import SGP
-from fast_core.strategies.spec import STRATEGIES, make_strategy, parse_strategy
+from fast_core.strategies.spec import STRATEGIES, StrategySpec, make_strategy, parse_strategy
 from fast_core.strategies.tracking import GradientTracking
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "ParameterServer",
     "Schedule",
     "Strategy",
+    "StrategySpec",
     "SyncEASGD",
     "SyncFAST",
     "SyncGossip",

@@ -6,18 +6,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_service, parameter_codec
+from fast_core.compression import parameter_codec
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
+from fast_core.transport.service import RequestService
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class ADPSGD(Strategy):
     """Each step a worker averages with one random neighbour: x_i, x_j <- (x_i + x_j) / 2, one pair at a time.
 
@@ -45,6 +49,10 @@ class ADPSGD(Strategy):
         self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
         self._codec = parameter_codec(compress, "adpsgd")
 
+    def cost_profile(self, size: int) -> CostProfile:
+        """One model to one peer and its reply averaged in, from a communication thread."""
+        return CostProfile(rounds=1, models_per_round=1, timing="background", mixing_copies=3)
+
     def setup(self, ctx: StepContext) -> None:
         graph = static_topology(self.topology, ctx.size, "uniform", "AD-PSGD")
         if not graph.is_undirected():
@@ -56,13 +64,13 @@ class ADPSGD(Strategy):
         self._rng = np.random.default_rng((self.seed, ctx.rank))
         self._snapshot = np.array(ctx.model.params(), copy=True)  # this rank's value as pairs see it
         self._correction = np.zeros_like(self._snapshot)  # pair averages not yet applied by the trainer
-        self._service = open_service(
+        self._service = RequestService(
             ctx.engine,
             self._neighbors,
             ctx.layout.size,
             ctx.layout.dtype,
             self._answer,
-            self._codec,
+            codec=self._codec,
             on_reply=self._take_reply,
             name="adpsgd",
             start=False,  # _answer reads self._service: start once it is assigned

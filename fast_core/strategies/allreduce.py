@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 from fast_core.compression import parameter_codec
 from fast_core.compression.ring import ring_allreduce
 from fast_core.strategies.base import Strategy
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class AllReduce(Strategy):
     """x_i <- x_i - eta * (1/N) sum_j g_j: gradients averaged before the optimizer step, workers stay identical.
 
@@ -28,6 +31,10 @@ class AllReduce(Strategy):
     def __init__(self, compress: str | None = "none") -> None:
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "allreduce")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One all-reduce of the gradients, waited for after the step's compute."""
+        return CostProfile(allreduce=True)
 
     def __repr__(self) -> str:
         return "AllReduce()" if self._codec is None else f"AllReduce(compress={self.compress!r})"

@@ -7,18 +7,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_mailbox, parameter_codec
+from fast_core.compression import parameter_codec
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import static_topology
+from fast_core.strategies.cost import CostProfile, neighbour_exchange
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
+from fast_core.transport.mailbox import Mailbox
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class AsyncAveraging(Strategy):
     """x_i <- w_ii x_i + sum_j w_ij x_j^(newest), never waiting unless a neighbour is > ``staleness`` steps behind.
 
@@ -59,18 +63,22 @@ class AsyncAveraging(Strategy):
         self.compress = "none" if compress is None else str(compress)  # a strategy string's none: None
         self._codec = parameter_codec(compress, "async averaging")
 
+    def cost_profile(self, size: int) -> CostProfile:
+        """Its model to each out-neighbour from a communication thread: the step never waits for it."""
+        return neighbour_exchange(self.topology, size, "background")
+
     def setup(self, ctx: StepContext) -> None:
         self._graph = static_topology(self.topology, ctx.size, self.weights, "async averaging")
         rank = ctx.rank
         self._self_weight = self._graph.self_weight(rank)
         self._in_weights = self._graph.in_weights(rank)
-        self._mailbox = open_mailbox(
+        self._mailbox = Mailbox(
             ctx.engine,
             self._graph.in_neighbors(rank),
             self._graph.out_neighbors(rank),
             ctx.layout.size,
             ctx.layout.dtype,
-            self._codec,
+            codec=self._codec,
             name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)

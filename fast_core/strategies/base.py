@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from fast_core.metrics import Metrics
     from fast_core.model.contract import ModelAdapter
     from fast_core.model.flat import FlatLayout
+    from fast_core.strategies.cost import CostProfile
 
 
 class StepContext:
@@ -38,7 +39,8 @@ class StepContext:
 
     @property
     def rank(self) -> int:
-        """This rank's number in the group (it changes when a fault-tolerant job loses a rank: ``Engine.shrink``)."""
+        """This rank's number in the group (it changes when a fault-tolerant job loses a rank:
+        ``FaultTolerant.shrink``)."""
         return self.engine.rank
 
     @property
@@ -83,13 +85,13 @@ class _ChildContext(StepContext):
 
 @dataclass(frozen=True)
 class GroupChange:
-    """How the group changed when a fault-tolerant job lost ranks (``Engine.shrink``)."""
+    """How the group changed when a fault-tolerant job lost ranks (``FaultTolerant.shrink``)."""
 
     kept: tuple[int, ...]
     """The survivors' ranks in the group before, in their new order (survivor ``i`` was rank ``kept[i]``)."""
     old_size: int
     lost: tuple[int, ...]
-    """The lost ranks' launch numbers (``Engine.world_ranks``)."""
+    """The lost ranks' launch numbers (``FaultTolerant.world_ranks``)."""
     size: int = 0
     """The group's size after the change."""
     replaced: tuple[int, ...] = ()
@@ -192,6 +194,11 @@ class Strategy:
         if built is None:
             built = make_topology(self.topology, change.old_size, weights=getattr(self, "weights", "uniform"))
         self.topology = heal(built, change.kept)
+
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """What one step sends on ``size`` ranks, for ``fast model`` (``fast_core.strategies.cost``); None: this
+        strategy has no model there yet."""
+        return None
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

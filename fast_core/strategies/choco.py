@@ -25,6 +25,7 @@ from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_fraction, static_topology
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 from fast_core.transport.tags import Tag
 
@@ -35,6 +36,7 @@ _SEED_STRIDE = 1_000_003
 """Random-k positions of rank r's message at step k come from seed k * stride + r: sender and receivers agree."""
 
 
+@registered
 class CHOCO(Strategy):
     """CHOCO-SGD on a fixed ``topology``: compressed differences (``compress``: any ``fast_core.compression``
     codec, top-10% by default) mixed with consensus step size ``gamma``. Harder compression needs a smaller gamma

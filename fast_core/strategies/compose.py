@@ -13,33 +13,28 @@ exponential graph still cycles through all its peers (D-PSGD and SGP index their
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fast_core.errors import ConfigError
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_steps
+from fast_core.strategies.registry import composes
+from fast_core.strategies.spec import StrategySpec
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import GroupChange, StepContext
+    from fast_core.strategies.cost import CostProfile
+
+Buildable = Strategy | StrategySpec | str
+"""What a wrapper takes: a Strategy, or a spec or strategy string it builds."""
 
 
-_from_string: Callable[[str], Strategy] | None = None
-"""How a strategy string becomes a Strategy: spec.py registers its make_strategy here when it is imported, so this
-module (which spec builds on) never imports spec."""
-
-
-def read_strings_with(builder: Callable[[str], Strategy]) -> None:
-    global _from_string
-    _from_string = builder
-
-
-def _build(strategy: Strategy | str) -> Strategy:
+def _build(strategy: Buildable) -> Strategy:
     if isinstance(strategy, Strategy):
         return strategy
-    if _from_string is None:
-        raise RuntimeError("strategy strings need fast_core.strategies imported")
-    return _from_string(strategy)
+    spec = strategy if isinstance(strategy, StrategySpec) else StrategySpec.parse(strategy)
+    return spec.build()
 
 
 class Every(Strategy):
@@ -52,7 +47,7 @@ class Every(Strategy):
 
     name = "every"
 
-    def __init__(self, k: int, inner: Strategy | str) -> None:
+    def __init__(self, k: int, inner: Buildable) -> None:
         self.k = check_steps(k, "every", "dpsgd:ring,every=4 mixes on every 4th step")
         self.inner = _build(inner)
 
@@ -66,6 +61,11 @@ class Every(Strategy):
     @property
     def uses_gradients(self) -> bool:
         return self.inner.uses_gradients
+
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """The inner strategy's exchange, made on one step in k."""
+        inner = self.inner.cost_profile(size)
+        return None if inner is None else inner.every(self.k)
 
     def _due(self, ctx: StepContext) -> bool:
         return (ctx.step + 1) % self.k == 0
@@ -108,7 +108,7 @@ class Every(Strategy):
         return self.inner.survivable
 
 
-Phase = tuple[int | None, Strategy | str]
+Phase = tuple[int | None, Buildable]
 
 
 class Schedule(Strategy):
@@ -192,6 +192,10 @@ class Schedule(Strategy):
     def uses_gradients(self) -> bool:
         return any(strategy.uses_gradients for _, strategy in self.phases)
 
+    def cost_profile(self, size: int) -> CostProfile | None:
+        """The last phase's: the one that runs to the end (a warm-up is left out)."""
+        return self.phases[-1][1].cost_profile(size)
+
     @property
     def active(self) -> Strategy:
         """The strategy that owns the current step."""
@@ -243,7 +247,7 @@ class Schedule(Strategy):
         return all(strategy.survivable for _, strategy in self.phases)
 
 
-def warmup(steps: int, then: Strategy | str) -> Strategy:
+def warmup(steps: int, then: Buildable) -> Strategy:
     """All-reduce SGD for ``steps`` steps (workers stay identical while the loss falls fastest), then ``then``.
 
     ``steps=0`` returns ``then`` itself, so a sweep over warm-up lengths needs no special case.
@@ -252,3 +256,13 @@ def warmup(steps: int, then: Strategy | str) -> Strategy:
     if steps == 0:
         return _build(then)
     return Schedule([(steps, "allreduce"), (None, then)])
+
+
+@composes("every")
+def _every(strategy: Strategy, k: object) -> Strategy:
+    return Every(k, strategy)  # type: ignore[arg-type]  # Every checks k
+
+
+@composes("warmup")
+def _warmup(strategy: Strategy, steps: object) -> Strategy:
+    return warmup(steps, strategy)  # type: ignore[arg-type]  # warmup checks steps

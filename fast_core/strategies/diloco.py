@@ -37,8 +37,10 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_flag, check_steps
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own
 from fast_core.strategies.neighbours import NeighbourMix
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, make_topology
 from fast_core.transport.tags import Tag
 
@@ -53,6 +55,7 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+@registered
 class DiLoCo(Strategy):
     """Inner steps by the user's optimizer, outer Nesterov steps on the averaged (or gossiped) pseudo-gradient.
 
@@ -109,6 +112,10 @@ class DiLoCo(Strategy):
             )
         self.weights = weights
         self.overlap, self.alpha = self._check_overlap(overlap, alpha)
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One all-reduce of the model every ``period`` steps (fragments and overlap are not modelled)."""
+        return CostProfile(allreduce=True, period=self.period)
 
     def _check_overlap(self, overlap: object, alpha: object) -> tuple[int, float]:
         gap = self.period // self.fragments

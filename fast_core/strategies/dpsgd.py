@@ -12,7 +12,9 @@ from fast_core.engine import Request
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
+from fast_core.strategies.cost import CostProfile, neighbour_exchange
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, is_column_stochastic, make_topology
 from fast_core.transport.tags import Tag
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class DPSGD(Strategy):
     """x_i <- sum_j w_ij x_j + delta_i, where delta_i is what the optimizer did to x_i this step (-eta g_i for SGD).
 
@@ -59,6 +62,10 @@ class DPSGD(Strategy):
                 f"dpsgd's qgm (quasi-global momentum) must be in [0, 1), got {qgm!r}; e.g. dpsgd:ring,qgm=0.9"
             )
         self.qgm = float(qgm)
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """Its model to each out-neighbour, posted after the step so it travels during the next one's compute."""
+        return neighbour_exchange(self.topology, size, "overlaps")
 
     def setup(self, ctx: StepContext) -> None:
         self._graph = make_topology(self.topology, ctx.size, weights=self.weights)

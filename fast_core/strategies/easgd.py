@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fast_core.compression import ParameterWire, parameter_codec
+from fast_core.engine.capabilities import world_ranks
 from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_flag, check_steps
 from fast_core.strategies.compose import Every
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 log = logging.getLogger("fast")
@@ -50,6 +53,11 @@ class ElasticRound(Strategy, ChoosesVariant):
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "easgd")
 
+    def cost_profile(self, size: int) -> CostProfile:
+        """The centre's link takes the other size - 1 models in and sends as many out (EASGD's ``Every`` spreads
+        that over tau steps)."""
+        return CostProfile(rounds=2, models_per_round=size - 1)
+
     def setup(self, ctx: StepContext) -> None:
         if not 0 <= self.center < ctx.size:
             raise ConfigError(f"center rank {self.center} does not exist: ranks are 0..{ctx.size - 1}")
@@ -68,7 +76,7 @@ class ElasticRound(Strategy, ChoosesVariant):
         else moves to rank 0; z restarts from the parameters the Worker left (the survivors' average), and alpha
         follows the new size unless it was given."""
         launched = self.__dict__.setdefault("_launch_center", self.center)
-        world = ctx.engine.world_ranks
+        world = world_ranks(ctx.engine)
         self.center = world.index(launched) if launched in world else 0
         if ctx.rank == 0 and launched not in world:
             log.warning("EASGD: the centre's rank was lost; the centre moves to rank 0, from the survivors' average")
@@ -134,6 +142,7 @@ class SyncEASGD(ElasticRound):
             self._pull(params, self._z_in)
 
 
+@registered
 class EASGD(Every):
     """Every ``tau`` steps: d = alpha (x_i - z); x_i <- x_i - d; z <- z + d, with z kept on rank ``center``.
 

@@ -2,7 +2,7 @@
 
 The centre rank's communication thread (a RequestService) answers a worker's x with the current z and applies
 that worker's d = alpha (x - z) at once; the centre's own trainer moves z directly, under the service's lock.
-With ``compress`` both messages travel as the codec's bytes (``fast_core.compression.CodedService``): the centre
+With ``compress`` both messages travel as the codec's bytes (``RequestService(..., codec=)``): the centre
 moves z by alpha (decoded x - z), the worker x by alpha (x - decoded z).
 """
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_service
 from fast_core.model.mixing import axpy
 from fast_core.strategies.easgd import ElasticRound, Talk
 from fast_core.strategies.integrity import refused
+from fast_core.transport.service import RequestService
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -31,13 +31,15 @@ class AsyncEASGD(ElasticRound):
         self._ctx = ctx  # the service thread counts refusals into its metrics
         self._z_then = ctx.layout.empty()
         layout = ctx.layout
-        self._service = open_service(
-            ctx.engine, self._others, layout.size, layout.dtype, self._answer, self._codec, name="easgd"
+        self._service = RequestService(
+            ctx.engine, self._others, layout.size, layout.dtype, self._answer, codec=self._codec, name="easgd"
         )
         return self._centre_talk
 
     def _setup_member(self, ctx: StepContext) -> Talk:
-        self._service = open_service(ctx.engine, [], ctx.layout.size, ctx.layout.dtype, None, self._codec, name="easgd")
+        self._service = RequestService(
+            ctx.engine, [], ctx.layout.size, ctx.layout.dtype, None, codec=self._codec, name="easgd"
+        )
         return self._member_talk
 
     def _answer(self, peer: int, theirs: np.ndarray, reply: np.ndarray) -> None:

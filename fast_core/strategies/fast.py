@@ -28,6 +28,7 @@ from fast_core.errors import ConfigError
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_variant, static_topology
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology
 from fast_core.transport.tags import Tag
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class FAST(Strategy, ChoosesVariant):
     """Nearest-neighbour gradient sharing on a torus; each neighbour gradient is one extra optimizer step.
 

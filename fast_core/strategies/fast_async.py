@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fast_core.compression import open_mailbox
 from fast_core.strategies.fast import FAST
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.transport.mailbox import Mailbox
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -34,13 +34,13 @@ class AsyncFAST(FAST):
         self._open(ctx)
 
     def _open(self, ctx: StepContext) -> None:
-        self._mailbox = open_mailbox(
+        self._mailbox = Mailbox(
             ctx.engine,
             self._sources,
             self._dests,
             ctx.layout.size,
             ctx.layout.dtype,
-            self._codec,
+            codec=self._codec,
             feedback=True,
             gate=True,
             depth=_QUEUE_DEPTH,

@@ -22,7 +22,9 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant, check_variant
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ def average_into(params: np.ndarray, others: list[np.ndarray], refusals: int = 0
     params *= 1.0 / (1 + refusals + len(others))
 
 
+@registered
 class Gossip(Strategy, ChoosesVariant):
     """Pull- or push-gossip with one uniformly random rank per step, synchronous (seeded) or asynchronous.
 
@@ -81,6 +84,10 @@ class Gossip(Strategy, ChoosesVariant):
         self.seed = int(seed)
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "gossip")
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """One model to or from one peer per step, waited for."""
+        return CostProfile(rounds=1, models_per_round=1)
 
     def __repr__(self) -> str:
         return (

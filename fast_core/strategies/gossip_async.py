@@ -37,11 +37,11 @@ class AsyncGossip(Gossip):
         self._asked = -1  # the peer of the pull in flight
         params = ctx.model.params()
         if self.variant == "pull":
-            pull_box = PullBox(ctx.engine, params, ctx.step, self._codec)
+            pull_box = PullBox(ctx.engine, params, ctx.step, codec=self._codec)
             self._box: PullBox | PushBox = pull_box
             self._gossip: Callable[[StepContext], None] = partial(self._pull, pull_box)
         else:
-            push_box = PushBox(ctx.engine, params, ctx.step, self._codec)
+            push_box = PushBox(ctx.engine, params, ctx.step, codec=self._codec)
             self._box = push_box
             self._gossip = partial(self._push, push_box)
 

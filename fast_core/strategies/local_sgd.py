@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import check_steps
 from fast_core.strategies.compose import Every
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own
+from fast_core.strategies.registry import registered
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -18,6 +20,10 @@ class ParameterAverage(Strategy):
 
     name = "average"
 
+    def cost_profile(self, size: int) -> CostProfile:
+        """One all-reduce of the parameters (LocalSGD's ``Every`` spreads it over its period)."""
+        return CostProfile(allreduce=True)
+
     def after_step(self, ctx: StepContext) -> None:
         params = ctx.model.params()
         check_own(ctx, params, every=1)  # an all-reduce cannot refuse one rank's NaN: stop it here
@@ -26,6 +32,7 @@ class ParameterAverage(Strategy):
         ctx.model.set_params(params)
 
 
+@registered
 class LocalSGD(Every):
     """``period`` local steps, then x_i <- (1/N) sum_j x_j, so communication drops ``period``-fold.
 

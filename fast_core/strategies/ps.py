@@ -35,7 +35,9 @@ from fast_core.compression import ParameterWire, parameter_codec
 from fast_core.errors import ConfigError
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.checks import ChoosesVariant
+from fast_core.strategies.cost import CostProfile
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.transport.tags import Tag
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ def check_count(servers: object) -> None:
         raise ConfigError(f"ps servers must be a whole number >= 1, got {servers!r}; e.g. ps:servers=2")
 
 
+@registered
 class ParameterServer(Strategy, ChoosesVariant):
     """Workers push gradients (sync) or updates (async) shard by shard to ``servers`` servers and pull back.
 
@@ -125,6 +128,12 @@ class ParameterServer(Strategy, ChoosesVariant):
         self.compress = "none" if compress is None else str(compress)
         self._codec = parameter_codec(compress, "ps")
         self._clamp = False
+
+    def cost_profile(self, size: int) -> CostProfile:
+        """Every worker pushes its vector and pulls the model; a server's link carries the workers' shares of it,
+        size / servers models each way (one at least)."""
+        servers = self.servers if self.servers is not None else max(1, size // 2)
+        return CostProfile(rounds=2, models_per_round=max(size / servers, 1.0))
 
     def setup(self, ctx: StepContext) -> None:
         count = check_servers(min(self.servers, ctx.size) if self._clamp and self.servers else self.servers, ctx.size)

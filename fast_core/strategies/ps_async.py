@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fast_core.compression import open_service
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import ConfigError, PeerTimeout
 from fast_core.strategies.integrity import check_own, refused
 from fast_core.strategies.ps import ParameterServer
+from fast_core.transport.service import RequestService
 
 if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
@@ -54,7 +55,9 @@ class AsyncPS(ParameterServer):
             self._shard = self._pulled[lo:hi].copy()
             askers = self._others
         handler = self._answer if self._own is not None else None
-        self._service = open_service(ctx.engine, askers, width, ctx.layout.dtype, handler, self._codec, name="ps")
+        self._service = RequestService(
+            ctx.engine, askers, width, ctx.layout.dtype, handler, codec=self._codec, name="ps"
+        )
 
     def _answer(self, peer: int, update: np.ndarray, reply: np.ndarray) -> None:
         """Server thread: w <- w + scale update (not a NaN/Inf one: refused), then reply with w."""
@@ -121,7 +124,7 @@ class AsyncPS(ParameterServer):
                     f"ps staleness={self.staleness} steps; a worker stopped pushing (dead, stuck, or closed early)"
                 )
             time.sleep(1e-3)
-        ctx.engine.record_wait(time.monotonic() - start)
+        count_wait(ctx.engine, time.monotonic() - start)
 
     def reset(self, ctx: StepContext) -> None:
         """Collective: a checkpoint replaced the parameters; the servers start again from them."""

@@ -18,6 +18,7 @@ from fast_core.errors import ConfigError
 from fast_core.model.mixing import axpy
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.integrity import check_own, refused
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, make_topology
 from fast_core.transport.tags import Tag
 
@@ -35,6 +36,7 @@ class _Round:
     share: float  # 1 / (out_degree + 1): the fraction of mass kept and the fraction sent to each out-neighbour
 
 
+@registered
 class SGP(Strategy):
     """Push-sum SGD: x_i <- p_i (x_i + delta_i) + sum_j p_j (x_j + delta_j), w_i <- p_i w_i + sum_j p_j w_j.
 

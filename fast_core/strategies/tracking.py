@@ -22,6 +22,7 @@ import numpy as np
 from fast_core.strategies.base import Strategy
 from fast_core.strategies.integrity import check_own
 from fast_core.strategies.neighbours import NeighbourMix
+from fast_core.strategies.registry import registered
 from fast_core.topology import Topology, make_topology
 from fast_core.transport.tags import Tag
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from fast_core.strategies.base import StepContext
 
 
+@registered
 class GradientTracking(Strategy):
     """DIGing in adapt-then-combine form on ``topology`` (time-varying graphs too: both exchanges use the step's
     graph). The user's optimizer receives the tracker in place of the local gradient."""

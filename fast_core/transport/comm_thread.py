@@ -8,28 +8,26 @@ work, finishes what it started, enters a nonblocking barrier, and keeps serving 
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Sequence
 
 from fast_core.engine import Engine, Request
 from fast_core.errors import FastError, PeerLost, PeerTimeout
-
-_FIRST_PAUSE = 1e-4
-"""An idle thread's first sleep between polls (seconds); each next one doubles it, up to ``idle_pause``."""
-_WAITED_PAUSE = 1e-3
-"""The longest sleep between polls while the trainer waits for an arrival."""
+from fast_core.transport.drivers import WAITED_PAUSE, driver_for
 
 
 class CommThread:
-    """Base class: runs ``_progress`` in a loop until a collective ``close``; subclasses do the messaging."""
+    """Base class: runs ``_progress`` turn after turn until a collective ``close``; subclasses do the messaging. A
+    driver chosen once from the engine (``drivers.driver_for``) runs the turns: a thread on real time, the engine's
+    own events on virtual time."""
 
-    idle_pause = _WAITED_PAUSE
+    idle_pause = WAITED_PAUSE
     """The longest sleep of an idle thread between polls (seconds): the delay before it notices an arrival, and
     what it costs idle (a wake-up per pause, taken from the trainers on shared cores). A subclass whose arrivals
     the trainer rarely waits for (fresh parameters, not replies) may sleep longer; while the trainer waits
-    (``_waiting``) the thread polls at most ``_WAITED_PAUSE`` apart. The trainer wakes it when it stages work."""
+    (``waited_on``) the thread polls at most ``drivers.WAITED_PAUSE`` apart. The trainer wakes it when it stages
+    work."""
 
     def __init__(self, engine: Engine, name: str) -> None:
         if not engine.threads_supported:
@@ -42,48 +40,48 @@ class CommThread:
         self.rank = engine.rank
         self.name = name
         self._cond = threading.Condition()
-        self._wake = threading.Event()
         self._waiting = 0  # trainer waits in progress (changed under _cond): poll faster meanwhile
         self._closing = False
         self._abandoned = False
         self._error: BaseException | None = None
         self._barrier: Request | None = None  # the closing barrier, once entered
-        self._stopped = False  # cooperative: the last turn ran
-        self._thread = threading.Thread(target=self._run, name=f"fast-{name}-rank{self.rank}", daemon=True)
+        self._stopped = False  # the last turn ran
+        self._driver = driver_for(self, self.engine)
 
     def _start(self) -> None:
-        if self.engine.cooperative:  # virtual time (fast simulate): the engine runs our work as its events
-            self.engine.attach_pump(self._pump)
-            return
-        self._thread.start()
+        self._driver.start()
 
-    def _pump(self) -> bool:
-        """One turn of the loop, run by a cooperative engine when something landed; False once stopped."""
+    def advance(self) -> tuple[bool, bool]:
+        """One turn, for the driver: (still running, progressed). The last turn (every rank closed) cancels the
+        receives still posted; an error ends the turns and reaches the trainer at its next call."""
         if self._stopped or self._abandoned:
-            return False
+            return False, False
         try:
-            stop, _ = self._turn()
+            stop, progressed = self._turn()
             if stop:
                 self._shutdown()
         except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
-            stop = True
+            stop, progressed = True, False
             with self._cond:
                 self._error = exc
+                self._cond.notify_all()
         if stop:
             self._stopped = True
-        return not stop
+        return not stop, progressed
+
+    @property
+    def waited_on(self) -> bool:
+        """True while the trainer waits for this thread to change something."""
+        return self._waiting > 0
+
+    @property
+    def stopped(self) -> bool:
+        """True once the last turn ran (every rank closed, or the thread failed)."""
+        return self._stopped
 
     def _wait_on_thread(self, seconds: float) -> None:
-        """The trainer waits (holding ``_cond``) for the thread to change something; cooperative: for the next event
-        of its rank, the lock released meanwhile."""
-        if not self.engine.cooperative:
-            self._cond.wait(seconds)
-            return
-        self._cond.release()
-        try:
-            self.engine.idle()
-        finally:
-            self._cond.acquire()
+        """The trainer waits (holding ``_cond``) up to ``seconds`` for the thread to change something."""
+        self._driver.wait(self._cond, seconds)
 
     # to be provided by subclasses ---------------------------------------------------------------------------------
     def _progress(self) -> bool:
@@ -105,13 +103,7 @@ class CommThread:
             self._closing = True
             self._cond.notify_all()
         self._nudge()
-        if self.engine.cooperative:
-            while not self._stopped:
-                self.engine.idle()
-            self._raise_if_failed()
-            return
-        self._thread.join(None if math.isinf(self.engine.timeout) else self.engine.timeout + 5.0)
-        if self._thread.is_alive():
+        if not self._driver.finish(self.engine.timeout + 5.0):
             raise PeerTimeout(
                 f"rank {self.rank}: {self.name} did not shut down within {self.engine.timeout:g} s; "
                 "some rank never closed its own (every rank must call close)"
@@ -122,20 +114,13 @@ class CommThread:
         """Stop at once, with no collective: the group lost a rank and its communicators are revoked (a
         fault-tolerant engine). What was in flight is dropped; the strategy makes a new thread over the survivors."""
         self._abandoned = True
-        if self.engine.cooperative:
-            return
-        self._nudge()
         with self._cond:
             self._cond.notify_all()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(5.0)
+        self._driver.abandon()
 
     def _nudge(self) -> None:
-        """Wake the idle thread now: the trainer staged work (a message, a request, the close)."""
-        if self.engine.cooperative:
-            self.engine.nudge()
-            return
-        self._wake.set()
+        """Run a turn soon: the trainer staged work (a message, a request, the close)."""
+        self._driver.wake()
 
     def _raise_if_failed(self) -> None:
         if isinstance(self._error, PeerLost):  # the trainer survives it: it must see it as it is
@@ -145,14 +130,6 @@ class CommThread:
                 self._error
             )
 
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the trainer by _raise_if_failed
-            with self._cond:
-                self._error = exc
-                self._cond.notify_all()
-
     def _turn(self) -> tuple[bool, bool]:
         """One pass of the loop: (stop, progressed). Closing, it enters the barrier once nothing of its own is in
         flight; once the barrier completes, every rank's messages have landed."""
@@ -161,21 +138,6 @@ class CommThread:
         if self._closing and self._barrier is None and self._ready_to_close():
             self._barrier = self.engine.ibarrier()
         return self._barrier is not None and self._barrier.test(), progressed
-
-    def _loop(self) -> None:
-        pause = 0.0
-        while not self._abandoned:
-            stop, progressed = self._turn()
-            if stop:
-                break
-            if progressed:
-                pause = 0.0
-            else:
-                self._wake.wait(pause)
-                self._wake.clear()
-                pause = min(_WAITED_PAUSE if self._waiting else self.idle_pause, pause * 2 + _FIRST_PAUSE)
-        if not self._abandoned:
-            self._shutdown()
 
     def _check_delivery(self, sends: Sequence[Request], started: float) -> bool:
         """True when all ``sends`` completed; PeerTimeout naming the receivers once they took too long."""

@@ -10,25 +10,23 @@ buffers.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fast_core.compression.codecs import Codec
+from fast_core.compression.wire import encoding_for
 from fast_core.engine import Engine, Request
 from fast_core.errors import PeerTimeout
 from fast_core.transport import framing
 from fast_core.transport.comm_thread import CommThread
 from fast_core.transport.tags import GossipTag
 
-if TYPE_CHECKING:
-    from fast_core.compression.codecs import Codec
-
 
 class GossipThread(CommThread):
     """Shared parts: message slots of ``framing``, and one small always-posted receive per peer.
 
-    With a ``codec`` (fast_core.compression, a dense one) the slots carry its bytes: parameters are encoded when
-    the trainer pushes or publishes them and decoded when it takes them."""
+    With a ``codec`` (fast_core.compression, a dense one) the slots carry its bytes (``compression.wire``):
+    parameters are encoded when the trainer pushes or publishes them and decoded when it takes them."""
 
     idle_pause = 5e-3  # a message noticed up to 5 ms late is only fresher at the next step: nobody waits on it
 
@@ -36,8 +34,7 @@ class GossipThread(CommThread):
         super().__init__(engine, name)
         self.dtype = params.dtype
         self.codec = codec
-        self._values = params.size
-        self._payload_bytes = params.nbytes if codec is None else len(codec.encode(np.zeros(params.size)))
+        self.encoding = encoding_for(codec, params.size, params.dtype)
         self.buffers = 0  # model-sized slots allocated so far: a handful, however long training runs
         self._peers = [p for p in range(engine.size) if p != engine.rank]
         self._one = np.ones(1, dtype=np.int64)  # the body of every small message; never written
@@ -47,18 +44,12 @@ class GossipThread(CommThread):
 
     def _slot(self) -> np.ndarray:
         self.buffers += 1
-        return framing.allocate(self._payload_bytes)
-
-    def _encode(self, params: np.ndarray) -> np.ndarray:
-        """What a slot carries of ``params``: the values, or the codec's bytes."""
-        return params if self.codec is None else self.codec.encode(params.reshape(-1))
+        return framing.allocate(self.encoding.payload_bytes)
 
     def _read(self, slot: np.ndarray) -> tuple[np.ndarray, int]:
-        if self.codec is None:
-            payload, step, _ = framing.read(slot, self.dtype)
-            return payload, step
-        payload, step, _ = framing.read(slot, np.dtype(np.uint8))
-        return self.codec.decode(payload, self._values).astype(self.dtype), step
+        """(values, step) of the message in ``slot``: a view of the slot, or decoded from the codec's bytes."""
+        payload, step, _ = framing.read(slot, self.encoding.payload_dtype)
+        return self.encoding.decode(payload), step
 
     def _small_arrivals(self) -> list[int]:
         """Peers whose small message (notice or request) arrived, once per message; receives are reposted."""
@@ -84,7 +75,7 @@ class PushBox(GossipThread):
     slow link lowers the push rate instead of queueing stale parameters.
     """
 
-    def __init__(self, engine: Engine, params: np.ndarray, step: int, codec: Codec | None = None) -> None:
+    def __init__(self, engine: Engine, params: np.ndarray, step: int, *, codec: Codec | None = None) -> None:
         super().__init__(engine, params, "gossip-push", GossipTag.NOTICE, codec)
         self._staged, self._outgoing = self._slot(), self._slot()
         self._staged_dest: int | None = None
@@ -106,7 +97,7 @@ class PushBox(GossipThread):
                 return False
             slot = self._staged  # the thread swaps it only once _staged_dest is set below
         self._sequence += 1
-        framing.write(slot, self._encode(params), step, self._sequence)
+        framing.write(slot, self.encoding.encode(params), step, self._sequence)
         with self._cond:
             self._staged_dest = dest
         self._nudge()
@@ -180,7 +171,7 @@ class PullBox(GossipThread):
     serving slot between answers, so a peer always gets a consistent snapshot, at most one batch of answers old.
     """
 
-    def __init__(self, engine: Engine, params: np.ndarray, step: int, codec: Codec | None = None) -> None:
+    def __init__(self, engine: Engine, params: np.ndarray, step: int, *, codec: Codec | None = None) -> None:
         super().__init__(engine, params, "gossip-pull", GossipTag.ASK, codec)
         self._staged, self._serving = self._slot(), self._slot()
         self._staged_sequence = self._serving_sequence = 0
@@ -199,7 +190,7 @@ class PullBox(GossipThread):
     def publish(self, params: np.ndarray, step: int) -> None:
         """Make a copy of ``params`` the answer to the next requests."""
         self._raise_if_failed()
-        payload = self._encode(params)
+        payload = self.encoding.encode(params)
         with self._cond:
             self._staged_sequence += 1
             framing.write(self._staged, payload, step, self._staged_sequence)

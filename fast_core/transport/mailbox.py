@@ -7,7 +7,9 @@ trainer's latest posted payload to every out-neighbour as soon as the previous s
 The trainer only copies its payload in (``post``) and swaps the newest message out (``take``); it waits only
 when a strategy asks it to (``wait_for``: a staleness bound), and that wait has a timeout that names the
 neighbour. Each message is one slot of ``framing`` (a 16-byte header of step and sequence number, then the
-payload); nothing is pickled.
+payload); nothing is pickled. With a ``codec`` (``fast_core.compression``) the payload is the codec's bytes: the
+sender encodes once per post, for every out-neighbour, and the receiver decodes a message once, seeded by the
+sender's rank and the step in its header (``compression.wire``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fast_core.compression.codecs import Codec
+from fast_core.compression.wire import encoding_for, message_seed
 from fast_core.engine import Engine, Request
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import PeerTimeout
 from fast_core.transport import framing
 from fast_core.transport.comm_thread import CommThread
@@ -30,7 +35,8 @@ from fast_core.transport.tags import MailboxTag
 class Message:
     """The newest message of one neighbour as the trainer sees it."""
 
-    payload: np.ndarray  # view of the trainer-owned slot; valid until the next take() of the same peer
+    payload: np.ndarray  # the values: a view of the trainer-owned slot (decoded, with a codec); valid until the
+    # next take() of the same peer
     step: int  # the sender's step when it posted the payload
     sequence: int  # 1, 2, ... per sender; lets a strategy tell a new message from one it already used
     fresh: bool  # True when this take() returned a message not seen before
@@ -70,6 +76,8 @@ class Mailbox(CommThread):
     in-neighbour has arrived since the last send (FAST's rule: one gradient per neighbour round trip).
     ``depth`` is how many unread messages per neighbour are kept (1: only the newest matters, as for
     parameters; more: every message should be used once, as for FAST's gradients, read with ``take_all``).
+    ``codec`` (None: the values as they are) is what the messages travel as, through an error-feedback residual
+    with ``feedback=True`` (``fast_core.compression.wire``).
     """
 
     idle_pause = 5e-3  # a message noticed up to 5 ms late is only fresher at the next step: nobody waits on it
@@ -79,9 +87,11 @@ class Mailbox(CommThread):
         engine: Engine,
         sources: Sequence[int],
         dests: Sequence[int],
-        payload_size: int,
+        size: int,
         dtype: np.dtype | str,
         *,
+        codec: Codec | None = None,
+        feedback: bool = False,
         gate: bool = False,
         depth: int = 1,
         name: str = "mailbox",
@@ -91,7 +101,9 @@ class Mailbox(CommThread):
         self.dests = list(dests)
         self.dtype = np.dtype(dtype)
         self.gate = gate
-        self._payload_bytes = payload_size * self.dtype.itemsize
+        self.encoding = encoding_for(codec, size, dtype, feedback)
+        self._payload_bytes = self.encoding.payload_bytes
+        self._decoded: dict[int, tuple[int, np.ndarray]] = {}  # per peer: (sequence, values) of its newest take
         self._staged = framing.allocate(self._payload_bytes)
         self._outgoing = framing.allocate(self._payload_bytes)
         self._staged_sequence = 0
@@ -109,34 +121,38 @@ class Mailbox(CommThread):
 
     # trainer side -------------------------------------------------------------------------------------------
     def post(self, payload: np.ndarray, step: int) -> None:
-        """Stage a copy of ``payload`` as this rank's newest message; the thread sends it when it can."""
+        """Stage a copy of ``payload`` (encoded, with a codec) as this rank's newest message; the thread sends it
+        when it can."""
         self._raise_if_failed()
-        flat = np.ascontiguousarray(payload).reshape(-1)
-        if flat.nbytes != self._payload_bytes or flat.dtype != self.dtype:
-            raise ValueError(
-                f"{self.name}: payload of {flat.nbytes} bytes of {flat.dtype}, expected {self._payload_bytes} "
-                f"bytes of {self.dtype}"
-            )
+        flat = self.encoding.flat(payload, self.name)
+        encoded = self.encoding.encode(flat, message_seed(step, self.rank, self.engine.size))
         with self._cond:
             self._staged_sequence += 1
-            framing.write(self._staged, flat, step, self._staged_sequence)
+            framing.write(self._staged, encoded, step, self._staged_sequence)
         self._nudge()
 
     def take(self, peer: int) -> Message | None:
-        """The newest message of ``peer`` (None before its first); older unread ones are skipped. Never blocks."""
-        messages = self._swap_out(peer, newest_only=True)
-        if messages:
-            return messages[-1]
+        """The newest message of ``peer`` (None before its first); older unread ones are skipped. Never blocks.
+        A message is decoded once, however many times it is taken."""
+        fresh = self._swap_out(peer, newest_only=True)
         inbox = self._inboxes[peer]
         if not inbox.current:
             return None
-        return Message(*framing.read(inbox.current[-1], self.dtype), fresh=False)
+        message = self._read(peer, inbox.current[-1], fresh=bool(fresh), decode=False)
+        sequence, values = self._decoded.get(peer, (0, None))
+        if sequence != message.sequence or values is None:
+            values = self._decode(peer, message)
+            self._decoded[peer] = (message.sequence, values)
+        message.payload = values
+        return message
 
     def take_all(self, peer: int) -> list[Message]:
-        """Every message of ``peer`` not read before, oldest first (up to ``depth``). Never blocks."""
-        return self._swap_out(peer, newest_only=False)
+        """Every message of ``peer`` not read before, oldest first (up to ``depth``), each decoded into its own
+        array with a codec. Never blocks."""
+        return [self._read(peer, slot, fresh=True) for slot in self._swap_out(peer, newest_only=False)]
 
-    def _swap_out(self, peer: int, newest_only: bool) -> list[Message]:
+    def _swap_out(self, peer: int, newest_only: bool) -> list[np.ndarray]:
+        """The slots of ``peer`` not read before, now the trainer's (``current``); [] when none arrived."""
         self._raise_if_failed()
         inbox = self._inboxes[peer]
         with self._cond:
@@ -149,7 +165,17 @@ class Mailbox(CommThread):
             else:
                 inbox.current = list(inbox.ready)
             inbox.ready.clear()
-        return [Message(*framing.read(b, self.dtype), fresh=True) for b in inbox.current]
+        return inbox.current
+
+    def _read(self, peer: int, slot: np.ndarray, fresh: bool, decode: bool = True) -> Message:
+        """The message in ``slot``: its payload decoded, or as it came (``decode=False``)."""
+        message = Message(*framing.read(slot, self.encoding.payload_dtype), fresh=fresh)
+        if decode:
+            message.payload = self._decode(peer, message)
+        return message
+
+    def _decode(self, peer: int, message: Message) -> np.ndarray:
+        return self.encoding.decode(message.payload, message_seed(message.step, peer, self.engine.size))
 
     def wait_for(self, peer: int, min_step: int) -> None:
         """Block until ``peer``'s newest message has step >= ``min_step`` (a staleness bound), or the peer has
@@ -184,7 +210,7 @@ class Mailbox(CommThread):
                     self._wait_on_thread(min(left, 0.05))
             finally:
                 self._waiting -= 1
-        self.engine.record_wait(time.monotonic() - start)
+        count_wait(self.engine, time.monotonic() - start)
 
     # thread side ----------------------------------------------------------------------------------------------
     def _progress(self) -> bool:

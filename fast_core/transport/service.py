@@ -4,6 +4,13 @@ A RequestService's thread keeps a receive posted from every rank that may ask; w
 the strategy's handler (under the service lock) to fill the reply and sends it back. The same thread carries
 this rank's own outstanding request, if any, so large messages progress while the trainer computes. No rank
 ever waits on another rank's trainer, so no cycle of waits (and no deadlock) can form on any topology.
+
+With a ``codec`` (``fast_core.compression``: AD-PSGD's and asynchronous EASGD's ``compress=``) requests and
+replies travel as the codec's bytes; the handlers see decoded values as without one, and ``as_received(values)``
+tells a strategy what its peer reads of a message it sends, so a pair can move by exactly opposite amounts (AD-PSGD
+keeps the average of all workers exact under compression this way). A reply equal to the decoded request (an
+echo: AD-PSGD's answer to crossed requests) goes back as the request's own bytes, so its sender recognises it
+whatever the codec.
 """
 
 from __future__ import annotations
@@ -14,7 +21,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from fast_core.compression.codecs import Codec
+from fast_core.compression.wire import Encoding, encoding_for
 from fast_core.engine import Engine, Request
+from fast_core.engine.capabilities import count_wait
 from fast_core.errors import PeerTimeout
 from fast_core.transport.comm_thread import CommThread
 from fast_core.transport.tags import ServiceTag
@@ -26,7 +36,8 @@ ReplyHandler = Callable[[int, np.ndarray], None]
 
 
 class RequestService(CommThread):
-    """Answer requests of ``askers`` with ``handler``; send at most one request of our own at a time."""
+    """Answer requests of ``askers`` with ``handler``; send at most one request of our own at a time. Requests and
+    replies are ``size`` values of ``dtype``, sent as ``codec``'s bytes when one is given."""
 
     def __init__(
         self,
@@ -36,6 +47,7 @@ class RequestService(CommThread):
         dtype: np.dtype | str,
         handler: Handler | None,
         *,
+        codec: Codec | None = None,
         on_reply: ReplyHandler | None = None,
         name: str = "service",
         start: bool = True,
@@ -43,16 +55,22 @@ class RequestService(CommThread):
         super().__init__(engine, name)
         self.dtype = np.dtype(dtype)
         self.size = size
+        self.encoding = encoding_for(codec, size, dtype)
         self.lock = threading.Lock()
         """Held while the handler runs: take it to change state the handler reads."""
+        if codec is not None:  # the handlers see values: decoded on the way in, encoded on the way out
+            coded = _DecodedHandlers(self.encoding, handler, on_reply)
+            handler = coded.handle if handler is not None else None
+            on_reply = coded.take_reply if on_reply is not None else None
         self._handler = handler
         self._on_reply = on_reply
-        self._incoming = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
-        self._replies = {peer: np.empty(size, dtype=self.dtype) for peer in askers}
+        self._incoming = {peer: self._payload() for peer in askers}
+        self._replies = {peer: self._payload() for peer in askers}
         self._receives = {peer: self.engine.irecv(self._incoming[peer], peer, ServiceTag.REQUEST) for peer in askers}
         self._reply_sends: dict[int, tuple[Request, float]] = {}
-        self._own_request = np.empty(size, dtype=self.dtype)
-        self._own_reply = np.empty(size, dtype=self.dtype)
+        self._own_request = self._payload()
+        self._own_reply = self._payload()
+        self._asked = self.encoding.decode(self._own_request)  # our last request as the peer decodes it
         self._own_peer: int | None = None
         self._own_staged = False
         self._own_requests: list[Request] = []
@@ -65,14 +83,20 @@ class RequestService(CommThread):
         """Start answering (only needed with ``start=False``, when handlers need the service object first)."""
         self._start()
 
+    def _payload(self) -> np.ndarray:
+        return np.zeros(self.encoding.payload_length, dtype=self.encoding.payload_dtype)
+
     # trainer side -------------------------------------------------------------------------------------------
     def ask(self, peer: int, payload: np.ndarray) -> None:
-        """Send ``payload`` to ``peer`` as a request; collect the reply with ``reply``. One at a time."""
+        """Send ``payload`` (encoded, with a codec) to ``peer`` as a request; collect the reply with ``reply``. One
+        at a time."""
         self._raise_if_failed()
+        encoded = self.encoding.encode(np.asarray(payload).reshape(-1))
         with self._cond:
             if self._own_peer is not None:
                 raise RuntimeError(f"{self.name}: a request to rank {self._own_peer} is still unanswered")
-            np.copyto(self._own_request, payload.reshape(-1))
+            np.copyto(self._own_request, encoded)
+            self._asked = self.encoding.decode(self._own_request)
             self._own_peer = peer
             self._own_staged = True
             self._own_done = False
@@ -80,14 +104,15 @@ class RequestService(CommThread):
         self._nudge()
 
     def as_received(self, values: np.ndarray) -> np.ndarray:
-        """What a peer reads of ``values`` when this service sends them: ``values`` itself (a CodedService of
-        fast_core.compression says what its codec leaves)."""
-        return values
+        """What a peer reads of ``values`` when this service sends them: ``values`` itself, or what the codec
+        leaves of them (a new array)."""
+        return self.encoding.as_received(values)
 
     @property
     def request_payload(self) -> np.ndarray:
-        """The copy of our last request's payload (unchanged until the next ask)."""
-        return self._own_request
+        """Our last request as the peer decodes it (a copy of what we asked, without a codec), unchanged until the
+        next ask."""
+        return self._asked
 
     @property
     def pending(self) -> int | None:
@@ -105,7 +130,7 @@ class RequestService(CommThread):
             return self._own_done
 
     def reply(self) -> np.ndarray:
-        """Wait for the reply to our request (a buffer valid until the next ask).
+        """Wait for the reply to our request (its values: a buffer valid until the next ask).
 
         Only without ``on_reply``: with it, the thread consumes replies itself and ``pending`` clears on its own.
         Raises PeerTimeout naming the peer after the engine's timeout.
@@ -128,8 +153,8 @@ class RequestService(CommThread):
                     )
                 self._wait_on_thread(min(left, 0.05))
             self._own_peer = None
-        self.engine.record_wait(time.monotonic() - start)
-        return self._own_reply
+        count_wait(self.engine, time.monotonic() - start)
+        return self.encoding.decode(self._own_reply)
 
     # thread side ----------------------------------------------------------------------------------------------
     def _progress(self) -> bool:
@@ -184,3 +209,22 @@ class RequestService(CommThread):
     def _shutdown(self) -> None:
         for receive in self._receives.values():
             receive.cancel()
+
+
+class _DecodedHandlers:
+    """A coded service's handlers as the strategy wrote them, over values: each request is decoded before the
+    handler sees it and its answer encoded after (an echo goes back as the request's own bytes); each reply to our
+    own request is decoded before ``on_reply`` sees it."""
+
+    def __init__(self, encoding: Encoding, handler: Handler | None, on_reply: ReplyHandler | None) -> None:
+        self._encoding, self._handler, self._on_reply = encoding, handler, on_reply
+        self._answer = np.empty(encoding.size, encoding.dtype)
+
+    def handle(self, peer: int, payload: np.ndarray, reply_out: np.ndarray) -> None:
+        theirs = self._encoding.decode(payload)
+        self._handler(peer, theirs, self._answer)
+        echo = np.array_equal(self._answer, theirs)
+        reply_out[:] = payload if echo else self._encoding.encode(self._answer)
+
+    def take_reply(self, peer: int, payload: np.ndarray) -> None:
+        self._on_reply(peer, self._encoding.decode(payload))

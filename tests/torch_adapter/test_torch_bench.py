@@ -16,6 +16,7 @@ from fast_core.observers.runlog import read_run
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(380)  # four launches of torch on 2 ranks: the bench's own 360 s must not be cut at 300
 def test_bench_torch_compares_strategies_with_ddp(tmp_path: Path) -> None:
     bench_dir = tmp_path / "bench"
     options = "--framework torch -n 2 --strategies allreduce,async --epochs 1 --compare-ddp --data digits --straggler 2"
