@@ -31,7 +31,7 @@ from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.observers import straggler as straggler_module
 from fast_core.observers.progress import ProgressBar
 from fast_core.observers.runlog import read_run
-from fast_core.observers.straggler import Straggler, calibrated_seconds, compute_per_step, straggler_from_environment
+from fast_core.observers.straggler import Straggler, calibrated_seconds, compute_per_step
 from fast_core.topology import ring
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -135,18 +135,23 @@ def test_run_a_script_with_topology_and_a_straggler_that_is_slower_by_its_factor
     assert seconds[1] >= seconds[0] + 0.4, seconds  # asynchronous rank 0 did not wait for the straggler
 
 
+def _straggler_of_environment(rank: int, size: int) -> Straggler | None:
+    """The Straggler that ``fast run --straggler``'s variables make of this rank (the builder is given the config)."""
+    return Straggler.for_rank(RunConfig.from_environment(), rank, size)
+
+
 def test_straggler_sleeps_factor_minus_one_times_the_compute_and_only_on_its_rank(monkeypatch) -> None:
     straggler = Straggler(3.0)
     begin = time.perf_counter()
     straggler.slow_down(0.02)  # after 20 ms of compute
     assert straggler.slept == pytest.approx(0.04) and time.perf_counter() - begin >= 0.04
     monkeypatch.setenv("FAST_STRAGGLER", "3")
-    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, False, False, True]
+    assert [_straggler_of_environment(r, 4) is not None for r in range(4)] == [False, False, False, True]
     monkeypatch.setenv("FAST_STRAGGLER_RANK", "1")
-    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, True, False, False]
+    assert [_straggler_of_environment(r, 4) is not None for r in range(4)] == [False, True, False, False]
     monkeypatch.setenv("FAST_STRAGGLER_RANK", "4")
     with pytest.raises(fast_core.ConfigError, match="not a rank of this job"):
-        straggler_from_environment(0, 4)
+        _straggler_of_environment(0, 4)
 
 
 def test_the_fixed_straggler_sleeps_its_seconds_every_step_on_its_rank_only(monkeypatch) -> None:
@@ -181,13 +186,13 @@ def test_the_fixed_straggler_sleeps_its_seconds_every_step_on_its_rank_only(monk
     # exactly S per step, on rank 1 only
     assert fast_core.LocalCluster(3).run(train) == [(6, 0.0, []), (6, 1.5, [0.25] * 6), (6, 0.0, [])]
     monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0.01")
-    assert [straggler_from_environment(r, 3) is not None for r in range(3)] == [False, False, True]
-    assert straggler_from_environment(2, 3).seconds == 0.01
+    assert [_straggler_of_environment(r, 3) is not None for r in range(3)] == [False, False, True]
+    assert _straggler_of_environment(2, 3).seconds == 0.01
     monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0")  # no sleep: nothing to pay
-    assert straggler_from_environment(2, 3) is None
+    assert _straggler_of_environment(2, 3) is None
     monkeypatch.setenv("FAST_STRAGGLER", "3")
     with pytest.raises(ConfigError, match="FAST_STRAGGLER and FAST_STRAGGLER_SECONDS are both set: give one"):
-        straggler_from_environment(2, 3)
+        _straggler_of_environment(2, 3)
     with pytest.raises(ConfigError, match="^FAST_STRAGGLER_SECONDS='-1': give the seconds"):
         RunConfig.from_environment({"FAST_STRAGGLER_SECONDS": "-1"})
     fixed = RunConfig(straggler_seconds=0.02, straggler_rank=0)

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fast_core.config.run import RunConfig
 from fast_core.metrics import Metrics
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, Recorded, Recovered, Started, StepEnded
@@ -160,10 +159,3 @@ class Reporter(Observer):
         if self._verbose and (self._bar is None or kind not in ("step", "epoch")):
             print_record(record)
 
-
-def reporter_from_environment(rank: int) -> Reporter | None:
-    """The Reporter `fast run` asks for through the environment, or None when it asks for nothing."""
-    config = RunConfig.from_environment()
-    if not config.reporting:
-        return None
-    return Reporter(rank, config.run_dir, config.log_every, config.progress, config.verbose, config.label)

@@ -35,7 +35,6 @@ __all__ = [
     "Straggler",
     "calibrated_seconds",
     "compute_per_step",
-    "straggler_from_environment",
 ]
 
 
@@ -81,11 +80,6 @@ class Straggler(Observer):
 
     def on_compute_end(self, event: ComputeEnded) -> None:
         self.slow_down(event.compute_seconds)
-
-
-def straggler_from_environment(rank: int, size: int) -> Straggler | None:
-    """The Straggler this rank plays under ``FAST_STRAGGLER`` or ``FAST_STRAGGLER_SECONDS``, or None."""
-    return Straggler.for_rank(RunConfig.from_environment(), rank, size)
 
 
 # calibration (fast bench --straggler F) ----------------------------------------------------------------------------
