@@ -74,7 +74,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, to
         span.step_end()
         steps += 1
     worker.close()
-    final = worker.average_params()
+    final = worker.group.average_params()
     return gather_job(
         comm, span, worker.metrics.samples, steps, final, lambda p: model.accuracy(task.x_test, task.y_test, p)
     )

@@ -87,7 +87,7 @@ def run(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace) -> Run 
             model.optimizer_step()
             worker.after_step()
         worker.end_epoch(model.accuracy(task.x_val, task.y_val))  # FAST: all restart from the best replica
-        curve.append(model.accuracy(task.x_test, task.y_test, worker.average_params()))
+        curve.append(model.accuracy(task.x_test, task.y_test, worker.group.average_params()))
     worker.close()
     table = gather_to_root(comm, [time.perf_counter() - start, worker.metrics.bytes_sent / 1e6])
     return None if table is None else Run(spec, curve, float(table[:, 0].max()), table[:, 1])

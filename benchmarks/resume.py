@@ -58,9 +58,9 @@ def leg(strategy: str, budget: int, load: str, save: str) -> None:
         break
     worker.close()
     checkpoint.save(save, worker)
-    consensus = worker.average_params()
+    consensus = worker.group.average_params()
     if engine.rank == 0:
-        spent = worker.samples_before + worker.metrics.job_samples
+        spent = worker.claims.samples_before + worker.metrics.job_samples
         print(json.dumps({"accuracy": model.accuracy(*task.test, params=consensus), "samples": spent}), flush=True)
 
 

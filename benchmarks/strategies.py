@@ -184,9 +184,9 @@ def train(
     """Claim batches until the job's budget is spent, each step with ``sleep_s`` of emulated compute after the
     gradient; at the end of each pass over the shard tell the worker the validation accuracy (FAST restarts from
     the best replica then), where every rank takes part (``collective_passes``). Returns steps and CPU seconds."""
-    stream = batch_stream(task, args.batch_size, seed=worker.rank)
+    stream = batch_stream(task, args.batch_size, seed=worker.engine.rank)
     epoch_steps = len(task.y_train) // args.batch_size
-    restarts = worker.collective_passes(args.global_epoch, args.batch_size)
+    restarts = worker.claims.collective_passes(args.global_epoch, args.batch_size)
     steps, cpu = 0, time.process_time()
     span.start()
     while (n := worker.claim_batch(args.batch_size)) > 0:
@@ -217,7 +217,7 @@ def run_once(comm: MPI.Comm, spec: str, task: Task, args: argparse.Namespace, sl
     steps, cpu_seconds = train(worker, model, task, args, args.compute_ms / 1e3 * factor, span)
     wait = worker.metrics.wait_seconds  # while training (closing waits for the last rank's last step)
     worker.close()
-    final = worker.average_params()
+    final = worker.group.average_params()
     m = worker.metrics
     staleness = m.staleness_sum / m.staleness_count if m.staleness_count else np.nan
     extra = [cpu_seconds, m.bytes_sent, wait, staleness]

@@ -16,7 +16,7 @@ its replica on the same held-out validation set, and rank 0 reports the mean los
 distance (both collectives, so only under synchronous strategies; asynchronous ones report rank 0's own loss, not to
 wait for the slowest rank). FAST's restart from the best replica (``step.end_epoch``, a collective) runs after every
 pass under a synchronous strategy, and under an asynchronous one only after the passes every rank is sure to finish
-(``Worker.collective_passes``: the first E - 1 of E global epochs), where the faster ranks wait as in the paper. At
+(``Claims.collective_passes``: the first E - 1 of E global epochs), where the faster ranks wait as in the paper. At
 the end, the test accuracy of the averaged (consensus) model. Under ``fast run`` the worker also records loss and
 samples per step and each replica's validation accuracy per epoch, each rank saves its parameters every
 ``--snapshot-every`` seconds, and rank 0 records the consensus model's validation accuracy over time (records of
@@ -39,10 +39,10 @@ import optax
 import fast_jax as fast
 from fast_core import Budget, Strategy, make_strategy, run_config
 from fast_core.data.datasets import TASKS, Task, batches, example_task
-from fast_core.observers.reporting import epoch_summary
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
-from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
-from fast_core.runtime.budget import spent_text
+from fast_core.observers.snapshots import curve_text
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
+from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Params = dict[str, dict[str, jax.Array]]
@@ -140,8 +140,8 @@ def train(
     worker = step.worker
     snapshots = None
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
-        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
-    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
+        snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every)
+    restarts = worker.claims.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
         print(
             f"{engine.size} workers, strategy {strategy}, {task.name}: {len(y) // batch_size * batch_size} training "
@@ -158,13 +158,13 @@ def train(
                 batch = (batch[0][:n], batch[1][:n])
             params, opt_state, loss = step(params, opt_state, batch)
             losses.append(loss)
-            if worker.reporting:  # under `fast run`: float() waits for the step, so only then
-                worker.record(loss=float(loss), samples=n)
+            if worker.records.wanted:  # under `fast run`: float() waits for the step, so only then
+                worker.records.step(loss=float(loss), samples=n)
         if losses:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
             # mean over ranks and consensus distance if synchronous, before FAST's restart makes the distance 0
             mean_loss, spread = epoch_summary(worker, float(jnp.mean(jnp.stack(losses))))
             val_accuracy = accuracy(params, task.validation)
-            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+            worker.records.epoch(loss=mean_loss, val_accuracy=val_accuracy)
             if restarts is None or epoch < restarts:
                 params, opt_state = step.end_epoch(params, opt_state, val_accuracy)
             if verbose and engine.rank == 0:
@@ -175,7 +175,7 @@ def train(
     params = fast.average(params, step=step)  # closes the step's worker first (its last messages land), then averages
     metrics = worker.metrics.as_dict()
     test_accuracy = accuracy(params, task.test)
-    worker.record_result(test_accuracy=test_accuracy)
+    worker.records.result(test_accuracy=test_accuracy)
     curve = []
     if snapshots is not None:
         curve = record_consensus_curve(worker, snapshots, lambda: accuracy(step.model.params_tree(), task.validation))

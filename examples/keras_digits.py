@@ -30,7 +30,7 @@ import numpy as np
 import fast_tf as fast
 from fast_core import Budget, Strategy, make_strategy, run_config
 from fast_core.data.datasets import TASKS, Task, example_task
-from fast_core.runtime.budget import spent_text
+from fast_core.runtime.summaries import spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[np.ndarray, np.ndarray]
@@ -119,7 +119,7 @@ def train(
     gc.collect()  # TensorFlow finalizes the feed's generator now rather than at exit, where it would print an error
     accuracy = float(model.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"])
     worker = callback.worker
-    worker.record_result(test_accuracy=accuracy)  # `fast run`'s records; free otherwise
+    worker.records.result(test_accuracy=accuracy)  # `fast run`'s records; free otherwise
     spent = spent_text(worker, global_epoch)  # collective
     if talk:
         metrics = worker.metrics.as_dict()

@@ -32,10 +32,10 @@ from fast_core import Budget, run_config
 from fast_core.data.datasets import batches, digits, shard_indices, train_test_split
 from fast_core.data.sharding import shard_by_label
 from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
-from fast_core.observers.reporting import epoch_summary
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
-from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
-from fast_core.runtime.budget import spent_text
+from fast_core.observers.snapshots import curve_text
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
+from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 
@@ -78,7 +78,7 @@ def main() -> None:
     worker = fast_core.Worker(model, strategy, engine, budget=budget).start()
     snapshots = None
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
-        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, args.snapshot_every)
+        snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, args.snapshot_every)
     if engine.rank == 0:
         print(f"{engine.size} workers, strategy {worker.strategy}, {len(y_train)} training digits each")
     steps_per_pass = len(y_train) // args.batch_size
@@ -98,18 +98,18 @@ def main() -> None:
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(loss=losses[-1], samples=n)  # fast run's log and progress bar
+            worker.records.step(loss=losses[-1], samples=n)  # fast run's log and progress bar
         if losses:  # (lockstep ranks stop at the same step, so they all skip an empty last pass alike)
             loss, spread = epoch_summary(worker, float(np.mean(losses)))  # mean over ranks if synchronous
-            worker.record_epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
+            worker.records.epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
             if engine.rank == 0 and (epoch % 5 == 4 or spent):
                 spread_text = "n/a" if spread is None else f"{spread:.2e}"
                 print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
         if spent:
             break
     worker.close()  # the last messages land; then the consensus model, the average of all ranks' models
-    accuracy = model.accuracy(x_test, y_test, worker.average_params())
-    worker.record_result(test_accuracy=accuracy)
+    accuracy = model.accuracy(x_test, y_test, worker.group.average_params())
+    worker.records.result(test_accuracy=accuracy)
     curve = []
     if snapshots is not None:
         curve = record_consensus_curve(worker, snapshots, lambda: model.accuracy(x_val, y_val))

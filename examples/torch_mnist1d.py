@@ -45,10 +45,10 @@ from torch.utils.data import TensorDataset
 import fast_torch as fast
 from fast_core import Budget, Strategy, run_config
 from fast_core.data.datasets import TASKS, Task, example_task
-from fast_core.observers.reporting import epoch_summary
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
-from fast_core.observers.snapshots import Snapshots, curve_text, record_consensus_curve
-from fast_core.runtime.budget import spent_text
+from fast_core.observers.snapshots import curve_text
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
+from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_core.strategies.spec import strategy_from_environment
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -145,17 +145,17 @@ def train(
     worker = opt.fast_worker
     snapshots = None
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
-        snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every)
+        snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every)
     worker.start()  # collective; a process replacing a lost rank (fast run --max-restarts) joins the job here
     # where the job is in the passes over the shards: 0 at the start; a replacement takes up the lost rank's pass
     first_epoch, skip = divmod(worker.step, len(loader))
     step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
-    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
+    restarts = worker.claims.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
         print(
             f"{engine.size} workers, strategy {'DDP (gloo)' if ddp else worker.strategy}, {task.name}: "
             f"{len(loader) * batch_size} training samples each, {len(val_set[1])} for validation, "
-            f"{len(test_set[1])} for testing; budget {_budget_text(worker.budget, global_epoch)}"
+            f"{len(test_set[1])} for testing; budget {_budget_text(worker.claims.budget, global_epoch)}"
         )
     for epoch in itertools.count(first_epoch):  # this rank's passes over its shard, until the budget is spent
         loader.sampler.set_epoch(epoch)
@@ -174,11 +174,11 @@ def train(
             opt.step()
             total += loss.item()
             batches += 1
-            worker.record(loss=loss.item(), samples=n)  # fast run's log and progress bar
+            worker.records.step(loss=loss.item(), samples=n)  # fast run's log and progress bar
         if batches:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
             mean_loss, spread = epoch_summary(worker, total / batches)  # collective only if lockstep
             val_accuracy = accuracy(model, val_set)
-            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy)
+            worker.records.epoch(loss=mean_loss, val_accuracy=val_accuracy)
             if restarts is None or epoch < restarts:
                 worker.end_epoch(val_accuracy)  # FAST: every rank restarts from the best replica
             if verbose and engine.rank == 0:
@@ -188,7 +188,7 @@ def train(
             break
     fast.average_model(model)  # closes the worker first (its last messages land), then the consensus model
     test_accuracy = accuracy(model, test_set)
-    worker.record_result(test_accuracy=test_accuracy)
+    worker.records.result(test_accuracy=test_accuracy)
     curve = record_consensus_curve(worker, snapshots, lambda: accuracy(model, val_set)) if snapshots else []
     if ddp:
         dist.destroy_process_group()

@@ -119,7 +119,7 @@ def case_async_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     accuracy = {}
     for name, strategy in (("allreduce", "allreduce"), ("async", AsyncAveraging("torus")), ("fast", FAST("torus"))):
         model, worker = train(engine, strategy, steps=150)
-        accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[name] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 
 

@@ -57,14 +57,15 @@ def case_asynchronous_sample_budget_is_shared_exactly_and_stops_every_rank_withi
     for strategy, ahead in (("async:ring", 1), ("adpsgd:ring", 1), ("async:ring", 3), ("async:ring", None)):
         worker, claims = _train(engine, strategy, Budget(samples=samples, ahead=ahead))
         if ahead is None:  # adaptive: bounded by the reservation the rank grew to (rank 0 reserves nothing: 1)
-            ahead = worker.allowance.ahead
-        assert engine.rank == 0 or worker.allowance.ahead == ahead, (strategy, ahead, worker.allowance.ahead)
+            ahead = worker.claims.allowance.ahead
+        reserved = worker.claims.allowance.ahead
+        assert engine.rank == 0 or reserved == ahead, (strategy, ahead, reserved)
         granted = [n for _, n in claims]
         assert worker.step == len(granted) - 1 and sum(granted) == worker.metrics.samples, (strategy, granted)
         assert worker.metrics.job_samples == samples, (strategy, worker.metrics.job_samples)
         partial = _per_rank(engine, sum(0 < n < BATCH for n in granted))
         assert partial.sum() == 1, (strategy, partial)
-        signal = np.array([worker.allowance.spent_at if engine.rank == 0 else 0.0])
+        signal = np.array([worker.claims.allowance.spent_at if engine.rank == 0 else 0.0])
         engine.broadcast(signal, root=0)
         after = [n for t, n in claims if t > signal[0]]
         assert after[-1] == 0 and sum(n > 0 for n in after) <= 2 * ahead - 1, (strategy, engine.rank, after)
@@ -86,7 +87,7 @@ def case_seconds_budget_ends_every_rank_and_close_completes(engine: Engine) -> N
     seconds = 0.25
     for strategy in ("async:ring", "allreduce"):
         worker, claims = _train(engine, strategy, Budget(seconds=seconds))
-        stopped = claims[-1][0] - worker.allowance.started  # on this rank's clock, from the common start
+        stopped = claims[-1][0] - worker.claims.allowance.started  # on this rank's clock, from the common start
         steps = _per_rank(engine, worker.step)
         assert worker.metrics.job_samples == steps.sum() * BATCH, (strategy, steps)
         if strategy == "allreduce":  # lockstep: every rank stops at the same step, once the first saw the deadline
@@ -112,5 +113,5 @@ def case_no_budget_changes_nothing(engine: Engine) -> None:
         model.optimizer_step()
         worker.after_step()
     worker.close()
-    assert worker.budget is None and worker.allowance is None and worker.metrics.job_samples is None
+    assert worker.claims.budget is None and worker.claims.allowance is None and worker.metrics.job_samples is None
     assert worker.metrics.samples == 5 * BATCH and worker.step == 5

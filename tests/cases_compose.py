@@ -123,7 +123,7 @@ def case_compose_local_sgd_matches_reference(engine: Engine) -> None:
     if engine.size > 1:  # between averaging steps the workers drift apart
         assert np.max(np.ptp(history[period], axis=0)) > 1e-6
     # one allreduce per averaging step, counted by the worker's metrics
-    nbytes = worker.layout.empty().nbytes
+    nbytes = worker.model.layout.empty().nbytes
     assert worker.metrics.bytes_sent == (STEPS // period) * int(2 * nbytes * (engine.size - 1) / engine.size)
     assert worker.metrics.messages_sent == 0
 
@@ -176,6 +176,6 @@ def case_compose_strategies_reach_allreduce_accuracy(engine: Engine) -> None:
     accuracy = {}
     for strategy in ("allreduce", "localsgd", "dpsgd:ring,every=2", "dpsgd:exp1,warmup=20"):
         model, worker = train(engine, strategy, steps=150)
-        accuracy[strategy] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[strategy] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy

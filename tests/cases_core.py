@@ -159,7 +159,7 @@ def case_allreduce_keeps_workers_identical(engine: Engine) -> None:
     np.testing.assert_array_equal(lowest, highest)
     # and equal to one model trained on the mean gradient of all shards
     np.testing.assert_allclose(model.params(), reference_mean_gradient(engine.size, 20), rtol=0, atol=1e-10)
-    assert worker.consensus_distance() < 1e-20
+    assert worker.group.consensus_distance() < 1e-20
 
 
 def case_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
@@ -167,7 +167,7 @@ def case_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     accuracy = {}
     for strategy in ("allreduce", "dpsgd:ring", "dpsgd:exp1", "choco:ring", "tracking:ring"):  # choco: top-10%
         model, worker = train(engine, strategy, steps=150)
-        accuracy[strategy] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[strategy] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 

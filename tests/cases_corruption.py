@@ -67,7 +67,7 @@ def _poisoned_run(engine: Engine, strategy: str) -> tuple[SoftmaxRegression, Wor
 
 
 def _waiting_for_refusal(worker: Worker, bad: int) -> bool:
-    neighbours = make_topology("ring", worker.size).in_neighbors(worker.rank)
+    neighbours = make_topology("ring", worker.engine.size).in_neighbors(worker.engine.rank)
     return bad in neighbours and worker.metrics.refused_messages == 0
 
 

@@ -76,7 +76,7 @@ def case_diloco_sends_what_local_sgd_sends(engine: Engine) -> None:
         assert abs(worker.metrics.bytes_sent - local.metrics.bytes_sent) <= 12, spec  # int() of each all-reduce
     _, ring = train(engine, "diloco:ring,period=4", steps=12)
     peers = len(make_topology("ring", engine.size).out_neighbors(engine.rank))
-    assert ring.metrics.bytes_sent == 3 * peers * ring.layout.size * 8
+    assert ring.metrics.bytes_sent == 3 * peers * ring.model.layout.size * 8
 
 
 def case_decentralized_diloco_keeps_the_replicas_together(engine: Engine) -> None:
@@ -84,5 +84,6 @@ def case_decentralized_diloco_keeps_the_replicas_together(engine: Engine) -> Non
     every period (mixing the pseudo-gradients theta_j - x_j alone let them drift: consensus distance 960 here)."""
     _, diloco = train(engine, "diloco:ring,period=4", steps=150)
     _, gossip = train(engine, "dpsgd:ring,every=4", steps=150)
-    apart, gossip_apart = diloco.consensus_distance(), gossip.consensus_distance()  # collective: every rank asks
+    apart = diloco.group.consensus_distance()  # collective: every rank asks
+    gossip_apart = gossip.group.consensus_distance()
     assert apart <= gossip_apart + 1e-12, (apart, gossip_apart)

@@ -66,12 +66,12 @@ def _gossip_at_zero_lr(engine: Engine, strategy: Gossip, steps: int) -> tuple[fl
     """From each rank's own start, gossip only: (consensus distance before, after, drift of the mean)."""
     model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(0.0), seed=engine.rank)
     worker = Worker(model, strategy, engine, broadcast_start=False).start()
-    before, mean_before = worker.consensus_distance(), worker.average_params()
+    before, mean_before = worker.group.consensus_distance(), worker.group.average_params()
     for _ in range(steps):
         worker.before_step()
         model.optimizer_step()
         worker.after_step()
-    after, mean_after = worker.consensus_distance(), worker.average_params()
+    after, mean_after = worker.group.consensus_distance(), worker.group.average_params()
     worker.close()
     return before, after, mean_after - mean_before
 
@@ -101,7 +101,7 @@ def case_gossip_trains_to_allreduce_accuracy(engine: Engine) -> None:
     accuracy = {}
     for name, strategy in (("allreduce", "allreduce"), ("pull", Gossip("pull")), ("push", Gossip("push"))):
         model, worker = train(engine, strategy, steps=150)
-        accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[name] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy
 
@@ -131,9 +131,9 @@ def case_async_gossip_trains(engine: Engine) -> None:
     to the synchronous variants' 1 point; with no compute at all, staleness reaches ~20 steps in-process."""
     _, _, _, (x_test, y_test) = task(engine.size)
     model, worker = train(engine, "allreduce", steps=150)
-    accuracy = {"allreduce": model.accuracy(x_test, y_test, worker.average_params())}
+    accuracy = {"allreduce": model.accuracy(x_test, y_test, worker.group.average_params())}
     for variant in ("pull", "push"):
         model, worker = train(engine, Gossip(variant, synchronous=False), 150, pause=0.001)
-        accuracy[variant] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[variant] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.02, accuracy

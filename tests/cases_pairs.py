@@ -145,5 +145,5 @@ def case_pair_strategies_train_to_allreduce_accuracy(engine: Engine) -> None:
     }
     for name, strategy in strategies.items():
         model, worker = train(engine, strategy, steps=150)
-        accuracy[name] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[name] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy

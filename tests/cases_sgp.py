@@ -148,6 +148,6 @@ def case_sgp_trains_to_allreduce_accuracy(engine: Engine) -> None:
         ("sgp:directed", SGP(directed_ring_with_chord(engine.size))),
     ):
         model, worker = train(engine, strategy, steps=150)
-        accuracy[label] = model.accuracy(x_test, y_test, worker.average_params())
+        accuracy[label] = model.accuracy(x_test, y_test, worker.group.average_params())
     assert accuracy["allreduce"] > 0.9, accuracy
     assert min(accuracy.values()) >= accuracy["allreduce"] - 0.01, accuracy

@@ -18,7 +18,7 @@ def learn_metered(engine, spec: str) -> tuple[float, int, int, int]:
     _, _, _, (x_test, y_test) = task(engine.size)
     sent = worker.metrics.bytes_sent, worker.metrics.messages_sent
     dests = len(make_topology("torus", engine.size).out_neighbors(engine.rank))
-    return model.accuracy(x_test, y_test, worker.average_params()), *sent, dests
+    return model.accuracy(x_test, y_test, worker.group.average_params()), *sent, dests
 
 
 def payload_bytes(codec: str) -> int:

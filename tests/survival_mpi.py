@@ -66,7 +66,7 @@ def main() -> None:
             continue
         break
     worker.close()
-    consensus = worker.average_params()
+    consensus = worker.group.average_params()
     accuracy = model.accuracy(*task.test, params=consensus)
     record = {
         "rank": engine.rank,
@@ -79,7 +79,7 @@ def main() -> None:
         "accuracy": accuracy,
         "finite": bool(np.all(np.isfinite(model.params()))),
         "seconds": time.time() - started,
-        "recoveries": [recovery.as_record() for recovery in worker.recoveries],
+        "recoveries": [recovery.as_record() for recovery in worker.group.recoveries],
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{me}.json").write_text(json.dumps(record))

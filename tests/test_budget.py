@@ -104,7 +104,7 @@ def test_the_worker_takes_the_configurations_budget(monkeypatch) -> None:
 
     results = LocalCluster(2).run(train)
     assert sum(mine for mine, _ in results) == 50 and {job for _, job in results} == {50}
-    assert Worker(_model(), "allreduce", LocalCluster(1).engine(0), budget=Budget(seconds=9)).budget == Budget(
+    assert Worker(_model(), "allreduce", LocalCluster(1).engine(0), budget=Budget(seconds=9)).claims.budget == Budget(
         seconds=9
     )  # one given in code wins over the configuration's
 
@@ -129,7 +129,7 @@ def test_a_rank_whose_grants_come_late_reserves_more_batches_and_the_sum_stays_e
             worker.before_step()
             worker.after_step()
         worker.close()
-        return worker.metrics.samples, worker.metrics.job_samples, worker.allowance.ahead
+        return worker.metrics.samples, worker.metrics.job_samples, worker.claims.allowance.ahead
 
     results = LocalCluster(3).run(train)
     assert all(mine > 0 for mine, _, _ in results) and sum(mine for mine, _, _ in results) == samples

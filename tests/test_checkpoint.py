@@ -88,7 +88,7 @@ def _budgeted(engine: Engine, path: str, resume: bool, samples: int) -> tuple[in
         _steps(worker, engine, 5)
         checkpoint.save(path, worker)
     worker.close()
-    return worker.metrics.job_samples, worker.samples_before, worker.step
+    return worker.metrics.job_samples, worker.claims.samples_before, worker.step
 
 
 def test_a_resumed_budgeted_run_trains_exactly_the_samples_left(tmp_path: Path) -> None:
@@ -105,7 +105,7 @@ def test_a_resumed_budgeted_run_trains_exactly_the_samples_left(tmp_path: Path) 
 def _save_twice_second_crashes(engine: Engine, path: str, monkeypatch) -> list[str]:
     worker = _worker(engine, "allreduce")
     checkpoint.save(path, worker)
-    first = worker.average_params()
+    first = worker.group.average_params()
     worker.model.params()[:] += 1.0
     if engine.rank == 0:  # the writer dies between writing and renaming
         monkeypatch.setattr(os, "replace", _crash)

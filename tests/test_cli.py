@@ -31,7 +31,7 @@ from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.observers import straggler as straggler_module
 from fast_core.observers.progress import ProgressBar
 from fast_core.observers.runlog import read_run
-from fast_core.observers.straggler import Straggler, calibrated_seconds, compute_per_step, straggler_from_environment
+from fast_core.observers.straggler import Straggler, calibrated_seconds, compute_per_step
 from fast_core.topology import ring
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -100,7 +100,7 @@ for _ in range(20):
     begin, wall = time.process_time(), time.perf_counter()
     while time.process_time() - begin < 0.01:  # 10 ms of CPU time: compute, not a sleep
         pass
-    worker.record(loss=model.compute_gradients(x, y), samples=8)
+    worker.records.step(loss=model.compute_gradients(x, y), samples=8)
     computing += time.perf_counter() - wall
     worker.before_step()
     model.optimizer_step()
@@ -135,18 +135,23 @@ def test_run_a_script_with_topology_and_a_straggler_that_is_slower_by_its_factor
     assert seconds[1] >= seconds[0] + 0.4, seconds  # asynchronous rank 0 did not wait for the straggler
 
 
+def _straggler_of_environment(rank: int, size: int) -> Straggler | None:
+    """The Straggler that ``fast run --straggler``'s variables make of this rank (the builder is given the config)."""
+    return Straggler.for_rank(RunConfig.from_environment(), rank, size)
+
+
 def test_straggler_sleeps_factor_minus_one_times_the_compute_and_only_on_its_rank(monkeypatch) -> None:
     straggler = Straggler(3.0)
     begin = time.perf_counter()
     straggler.slow_down(0.02)  # after 20 ms of compute
     assert straggler.slept == pytest.approx(0.04) and time.perf_counter() - begin >= 0.04
     monkeypatch.setenv("FAST_STRAGGLER", "3")
-    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, False, False, True]
+    assert [_straggler_of_environment(r, 4) is not None for r in range(4)] == [False, False, False, True]
     monkeypatch.setenv("FAST_STRAGGLER_RANK", "1")
-    assert [straggler_from_environment(r, 4) is not None for r in range(4)] == [False, True, False, False]
+    assert [_straggler_of_environment(r, 4) is not None for r in range(4)] == [False, True, False, False]
     monkeypatch.setenv("FAST_STRAGGLER_RANK", "4")
     with pytest.raises(fast_core.ConfigError, match="not a rank of this job"):
-        straggler_from_environment(0, 4)
+        _straggler_of_environment(0, 4)
 
 
 def test_the_fixed_straggler_sleeps_its_seconds_every_step_on_its_rank_only(monkeypatch) -> None:
@@ -181,13 +186,13 @@ def test_the_fixed_straggler_sleeps_its_seconds_every_step_on_its_rank_only(monk
     # exactly S per step, on rank 1 only
     assert fast_core.LocalCluster(3).run(train) == [(6, 0.0, []), (6, 1.5, [0.25] * 6), (6, 0.0, [])]
     monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0.01")
-    assert [straggler_from_environment(r, 3) is not None for r in range(3)] == [False, False, True]
-    assert straggler_from_environment(2, 3).seconds == 0.01
+    assert [_straggler_of_environment(r, 3) is not None for r in range(3)] == [False, False, True]
+    assert _straggler_of_environment(2, 3).seconds == 0.01
     monkeypatch.setenv("FAST_STRAGGLER_SECONDS", "0")  # no sleep: nothing to pay
-    assert straggler_from_environment(2, 3) is None
+    assert _straggler_of_environment(2, 3) is None
     monkeypatch.setenv("FAST_STRAGGLER", "3")
     with pytest.raises(ConfigError, match="FAST_STRAGGLER and FAST_STRAGGLER_SECONDS are both set: give one"):
-        straggler_from_environment(2, 3)
+        _straggler_of_environment(2, 3)
     with pytest.raises(ConfigError, match="^FAST_STRAGGLER_SECONDS='-1': give the seconds"):
         RunConfig.from_environment({"FAST_STRAGGLER_SECONDS": "-1"})
     fixed = RunConfig(straggler_seconds=0.02, straggler_rank=0)
@@ -446,11 +451,11 @@ def test_worker_records_average_between_records_and_count_samples(tmp_path: Path
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(loss=losses[step] + engine.rank, samples=2)
-        worker.consensus_distance()
-        worker.record_epoch(val_accuracy=0.5)
+            worker.records.step(loss=losses[step] + engine.rank, samples=2)
+        worker.group.consensus_distance()
+        worker.records.epoch(val_accuracy=0.5)
         worker.close()
-        worker.record_result(test_accuracy=0.75)
+        worker.records.result(test_accuracy=0.75)
 
     fast_core.LocalCluster(2).run(train)
     for rank, records in read_run(tmp_path).items():
@@ -480,11 +485,10 @@ def test_records_hold_the_common_start_each_ranks_stop_and_its_compute(tmp_path:
             worker.before_step()
             model.optimizer_step()
             worker.after_step()
-            worker.record(samples=2)
+            worker.records.step(samples=2)
         worker.close()
         if engine.rank == 0:  # what an example writes for the consensus model: its own time, kept as given
-            for observer in worker.observers:
-                observer.on_record(worker, "consensus", {"time": 0.5, "val_accuracy": 0.75})
+            worker.records.consensus(time=0.5, val_accuracy=0.75)
 
     fast_core.LocalCluster(2).run(train)
     for rank, records in read_run(tmp_path).items():
@@ -502,7 +506,7 @@ def test_without_fast_run_the_worker_reports_nothing(tmp_path: Path, monkeypatch
     for name in ("FAST_RUN_DIR", "FAST_PROGRESS", "FAST_VERBOSE", "FAST_STRAGGLER"):
         monkeypatch.delenv(name, raising=False)
     worker = fast_core.Worker(SoftmaxRegression(3, 2), "allreduce", fast_core.LocalCluster(1).engine(0))
-    assert worker.observers == []
+    assert list(worker.observers) == []
 
 
 def test_progress_bar_keeps_the_scripts_lines_whole(monkeypatch) -> None:

@@ -1,6 +1,6 @@
-"""Worker.collective_passes: after which of its passes over its shard a rank may call an epoch-end collective (FAST's
-restart) under a shared budget, knowing every rank calls it too; and a run that does so under an asynchronous
-strategy with a slow rank ends without hanging (LocalCluster, the last rank slower by a sleep per step)."""
+"""Claims.collective_passes (``worker.claims``): after which of its passes over its shard a rank may call an epoch-end
+collective (FAST's restart) under a shared budget, knowing every rank calls it too; and a run that does so under an
+asynchronous strategy with a slow rank ends without hanging (LocalCluster, the last rank slower by a sleep per step)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _worker(strategy: str, budget: Budget | None, size: int = 4) -> Worker:
 def test_collective_passes(strategy: str, budget: Budget | None, expected: int | None) -> None:
     # 4 ranks, batch 16, a global epoch of 1280 samples (20 batches per rank); reserved: 2 x ahead x 4 x 16
     # (ahead: MAX_AHEAD when it adapts)
-    assert _worker(strategy, budget).collective_passes(1280, 16) == expected
+    assert _worker(strategy, budget).claims.collective_passes(1280, 16) == expected
 
 
 def test_fast_restarts_after_the_sure_passes_end_without_a_hang_under_a_straggler() -> None:
@@ -54,7 +54,7 @@ def test_fast_restarts_after_the_sure_passes_end_without_a_hang_under_a_straggle
         job_pass = len(shard) * size
         worker = Worker(model, "fast:torus", engine, observers=[], budget=Budget(samples=epochs * job_pass, ahead=1))
         worker.start()
-        restarts = worker.collective_passes(job_pass, batch_size)
+        restarts = worker.claims.collective_passes(job_pass, batch_size)
         done = passes = 0
         for epoch in range(1000):
             trained = 0

@@ -145,7 +145,7 @@ def _async_gossip(engine, spec: str) -> tuple[float, int, int]:
     model, worker = train(engine, spec, 150, pause=0.001)
     _, _, _, (x_test, y_test) = task(engine.size)
     sent = worker.metrics.bytes_sent, worker.metrics.messages_sent  # before average_params' all-reduce
-    return model.accuracy(x_test, y_test, worker.average_params()), *sent
+    return model.accuracy(x_test, y_test, worker.group.average_params()), *sent
 
 
 @pytest.mark.parametrize("variant", ["pull", "push"])

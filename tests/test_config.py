@@ -95,7 +95,7 @@ def test_the_worker_takes_its_configuration_resolved_and_reads_no_variable(monke
     monkeypatch.setenv("FAST_STRAGGLER", "3")
     engine = LocalCluster(1).engine(0)
     worker = Worker(SoftmaxRegression(3, 2), None, engine, config=RunConfig(strategy="dpsgd:ring"))
-    assert isinstance(worker.strategy, DPSGD) and worker.observers == []
+    assert isinstance(worker.strategy, DPSGD) and list(worker.observers) == []
 
 
 def test_fast_run_refuses_a_bad_timeout_in_one_line_before_launching(tmp_path: Path, monkeypatch) -> None:

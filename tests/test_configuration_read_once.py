@@ -21,11 +21,10 @@ CLI_READ = ("fast_core/cli/common.py", "outer_config")
 """The one read of the ``fast`` command: its launches start from the configuration it was started with."""
 AWAITING_OWNERS = {
     ("fast_core/config/run.py", "environment"),
-    ("fast_core/observers/reporting.py", "reporter_from_environment"),
-    ("fast_core/observers/straggler.py", "straggler_from_environment"),
 }
-"""Reads in files other branches of issue 30 rewrite (the strategy spec; the observers): each becomes
-``fast_core.run_config()`` or a value handed down there, and leaves this set (``environment()`` goes with the last)."""
+"""Reads in files other branches of issue 30 rewrite: each becomes ``fast_core.run_config()`` or a value handed down
+there, and leaves this set (``environment()`` goes with the last). The observers' own readers are gone: the runtime's
+builder gives them the rank's configuration."""
 
 
 def _reader_names(tree: ast.Module) -> set[str]:

@@ -200,7 +200,7 @@ def test_ps_trains_digits_on_four_ranks(mode: str) -> None:
             model.optimizer_step()
             worker.after_step()
         worker.close()
-        return model.accuracy(data[test], labels[test], params=worker.average_params())
+        return model.accuracy(data[test], labels[test], params=worker.group.average_params())
 
     accuracies = LocalCluster(4, timeout=30).run(body)
     assert min(accuracies) > 0.85, accuracies

@@ -18,10 +18,13 @@ from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import Budget, LocalCluster, Observer, Worker
 from fast_core.engine import Engine
+from fast_core.model.contract import ModelAdapter
 from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers.events import ComputeEnded, Started
 from fast_core.observers.reporting import Reporter
 from fast_core.observers.runlog import read_run
-from fast_core.observers.snapshots import Snapshots, consensus_curve, loaded, record_consensus_curve
+from fast_core.observers.snapshots import Snapshots, consensus_curve, loaded
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
 
 EVERY = 0.03
 """Seconds between snapshots."""
@@ -30,13 +33,14 @@ EVERY = 0.03
 class Reference(Observer):
     """Placed after Snapshots: when its point count grows, the points just saved hold the parameters of now."""
 
-    def __init__(self, snapshots: Snapshots) -> None:
+    def __init__(self, snapshots: Snapshots, model: ModelAdapter) -> None:
         self.snapshots = snapshots
+        self.model = model
         self.saved: list[np.ndarray] = []
 
-    def _catch_up(self, worker: Worker) -> None:
+    def _catch_up(self, event: Started | ComputeEnded) -> None:
         while len(self.saved) < self.snapshots.points:
-            self.saved.append(np.array(worker.model.params(), copy=True))
+            self.saved.append(np.array(self.model.params(), copy=True))
 
     on_start = on_compute_end = _catch_up
 
@@ -45,9 +49,8 @@ def _train(engine: Engine, folder: Path, strategy: str, steps: int, observers=()
     x, y, shards, _ = task(engine.size)
     model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=engine.rank, dtype="float32")
     worker = Worker(model, strategy, engine, observers=list(observers))
-    snapshots = Snapshots(folder, EVERY, engine.rank)
-    reference = Reference(snapshots)
-    worker.observers += [snapshots, reference]
+    snapshots = worker.observers.attach(Snapshots(folder, EVERY, engine.rank, model.params))
+    reference = worker.observers.attach(Reference(snapshots, model))
     worker.start()
     pause = 0.004 * (1 + 3 * (engine.rank == engine.size - 1))  # the last rank 4x slower
     for step in range(steps):
@@ -123,7 +126,7 @@ def test_loaded_restores_the_models_own_parameters() -> None:
 def test_snapshots_attached_after_the_start_save_point_0_now(tmp_path: Path) -> None:
     model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
     worker = Worker(model, "allreduce", LocalCluster(1).engine(0), observers=[], budget=Budget(samples=64)).start()
-    snapshots = Snapshots.attach(worker, tmp_path, 60.0)
+    snapshots = attach_snapshots(worker, tmp_path, 60.0)
     assert snapshots.points == 1 and np.array_equal(np.load(tmp_path / "rank0" / "0.npy"), model.params())
     worker.close()
     assert json.loads((tmp_path / "rank0.json").read_text())["points"] == 1
@@ -132,7 +135,7 @@ def test_snapshots_attached_after_the_start_save_point_0_now(tmp_path: Path) -> 
 @pytest.mark.parametrize("every", [0, -1.0, float("nan"), "1", True])
 def test_a_bad_interval_is_one_line(tmp_path: Path, every) -> None:
     with pytest.raises(ValueError, match=r"^Snapshots\(every_seconds=.*\): give the seconds between snapshots"):
-        Snapshots(tmp_path, every, 0)
+        Snapshots(tmp_path, every, 0, np.zeros)
 
 
 def test_a_missing_rank_names_its_manifest(tmp_path: Path) -> None:

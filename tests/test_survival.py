@@ -5,6 +5,7 @@ same code runs under Open MPI with ULFM against real kill -9 (tests/test_surviva
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 from fast_core import Budget, LocalCluster, PeerLost, Worker
 from fast_core.data.datasets import batches, shard_indices, synthetic_classification
 from fast_core.model.numpy_model import SoftmaxRegression
+from fast_core.observers.reporting import Reporter
+from fast_core.observers.runlog import read_run
 from fast_core.runtime.budget import MAX_AHEAD
 from fast_core.topology import is_doubly_stochastic, make_topology
 from fast_core.topology.heal import heal
@@ -21,11 +24,15 @@ BATCH, BUDGET, KILL_STEP = 16, 8_000, 12
 X, Y = synthetic_classification(n_samples=1200, n_features=10, n_classes=3, seed=0)
 
 
-def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> dict:
-    """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP."""
+def train(
+    engine, strategy: str, victim: int | None, cluster: LocalCluster, ahead: bool = False, run_dir: Path | None = None
+) -> dict:
+    """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP. ``ahead``: each batch's
+    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit)."""
     me = engine.rank
     model = SoftmaxRegression(X.shape[1], 3, seed=me)
-    worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=BUDGET))
+    observers = [] if run_dir is None else [Reporter(me, run_dir, 1000, progress=False, verbose=False)]
+    worker = Worker(model, strategy, engine, observers=observers, budget=Budget(samples=BUDGET))
     worker.start()
     shard = shard_indices(len(Y), engine.rank, engine.size)
     epoch = 0
@@ -37,14 +44,16 @@ def train(engine, strategy: str, victim: int | None, cluster: LocalCluster) -> d
             if victim is not None and me != victim and worker.step == KILL_STEP + 1:
                 _until_lost(cluster)  # under asynchronous strategies on loaded cores the others could spend the
                 # whole budget before the victim reaches its step: then nothing would be lost and nothing tested
-            granted = worker.claim_batch(BATCH)
+            granted = worker.claim_batch(BATCH)  # with ahead: the grant reserved during the last step, counted now
+            if ahead and granted:
+                worker.claims.reserve(BATCH)  # the next batch's, before this one trains
             if granted == 0:
                 worker.close()
-                consensus = worker.average_params()
+                consensus = worker.group.average_params()
                 return {
                     "launched": me,
                     "size": engine.size,
-                    "lost": [r.lost for r in worker.recoveries],
+                    "lost": [r.lost for r in worker.group.recoveries],
                     "samples": worker.metrics.samples,
                     "job": worker.metrics.job_samples,
                     "accuracy": model.accuracy(X, Y, params=consensus),
@@ -112,6 +121,35 @@ def test_the_survivors_finish_the_budget_over_a_healed_group(strategy: str, vict
     assert BUDGET - (KILL_STEP + 2 * MAX_AHEAD) * BATCH - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH
     accuracy = {round(r["accuracy"], 9) for r in survivors}
     assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy  # one consensus, trained (chance 1/3)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "async:ring", "fast"])
+@pytest.mark.parametrize("victim", [2, 0])
+def test_claims_reserved_a_batch_ahead_survive_a_lost_rank_too(strategy: str, victim: int) -> None:
+    """fast_tf's claims (one batch ahead of Keras) take the worker's claim path, so a loss during one is survived."""
+    cluster = LocalCluster(4, timeout=20, fault_tolerant=True)
+    results = cluster.run(train, strategy, victim, cluster, True)
+    assert list(cluster.lost) == [victim] and results[victim] is None
+    survivors = [r for r in results if r]
+    assert [r["lost"] for r in survivors] == [[(victim,)]] * 3
+    jobs = {r["job"] for r in survivors}
+    assert len(jobs) == 1 and jobs.pop() == sum(r["samples"] for r in survivors)
+    trained = sum(r["samples"] for r in survivors)
+    assert BUDGET - (KILL_STEP + 2 * MAX_AHEAD) * BATCH - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH
+    accuracy = {round(r["accuracy"], 9) for r in survivors}
+    assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy
+
+
+def test_the_survivors_records_hold_the_membership_change(tmp_path: Path) -> None:
+    """The group's recovery reaches the observers as an event record: the Reporter writes a "membership" record."""
+    cluster = LocalCluster(3, timeout=20, fault_tolerant=True)
+    results = cluster.run(train, "dpsgd:ring", 1, cluster, False, tmp_path)
+    records = read_run(tmp_path)
+    for rank in (0, 2):
+        (change,) = [r for r in records[rank] if r["kind"] == "membership"]
+        assert (change["lost"], change["replaced"], change["size"]) == ("1", "", 2)
+        assert change["step"] in (KILL_STEP, KILL_STEP + 1) and change["recovery_seconds"] >= 0
+        assert results[rank]["lost"] == [(1,)]
 
 
 def test_without_fault_tolerance_a_lost_rank_still_ends_the_job() -> None:

@@ -36,8 +36,8 @@ class DistributedStep:
     """A training step with a FAST strategy around it: ``params, opt_state, metrics = step(params, opt_state, batch)``.
 
     The first call (or :meth:`start`) checks every rank holds the same params structure and gives all ranks rank
-    0's params and opt_state. ``step.worker`` is the fast_core Worker (metrics, consensus_distance()); at epoch ends
-    call :meth:`end_epoch`, at the end :meth:`close` or ``fast_jax.average(params, step=step)``.
+    0's params and opt_state. ``step.worker`` is the fast_core Worker (metrics, group.consensus_distance()); at epoch
+    ends call :meth:`end_epoch`, at the end :meth:`close` or ``fast_jax.average(params, step=step)``.
     """
 
     def __init__(
@@ -73,7 +73,8 @@ class DistributedStep:
 
     @property
     def worker(self) -> Worker:
-        """The fast_core Worker of this step: metrics, consensus_distance() of the params the step last returned."""
+        """The fast_core Worker of this step: metrics, ``group.consensus_distance()`` of the params the step last
+        returned."""
         if self._worker is None:
             raise RuntimeError("the step has not started: call it once, or step.start(params, opt_state), first")
         return self._worker
@@ -175,8 +176,8 @@ def unpack(result: Any, form: str, arity: int = 2) -> tuple[Any, ...]:
 def record_metrics(worker: Worker, metrics: Any, batch: Any) -> None:
     """Under `fast run`, a ``"loss"`` in the step's metrics (a dict) goes to the run records, with the batch's
     samples (the leading dimension of its first leaf). Free otherwise: ``float`` would wait for the step."""
-    if not worker.reporting or not isinstance(metrics, Mapping) or "loss" not in metrics:
+    if not worker.records.wanted or not isinstance(metrics, Mapping) or "loss" not in metrics:
         return
     leaves = jax.tree_util.tree_leaves(batch)
     samples = {"samples": int(np.shape(leaves[0])[0])} if leaves and np.ndim(leaves[0]) else {}
-    worker.record(loss=float(metrics["loss"]), **samples)
+    worker.records.step(loss=float(metrics["loss"]), **samples)

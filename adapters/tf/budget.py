@@ -12,7 +12,7 @@ A grant is a whole batch or nothing: Keras cannot train part of a batch. Under a
 grant is whole (every rank runs floor(samples / the job's samples per step) steps). Under an asynchronous one
 rank 0's counter grants whole batches when every rank claims the same ``batch_size`` and the budget is a multiple
 of it: the ranks' batch sizes are checked, and a budget that is not a multiple is rounded down (a warning says
-so), so the samples the job trains equal the budget in force, ``worker.budget``.
+so), so the samples the job trains equal the budget in force, ``worker.claims.budget``.
 """
 
 from __future__ import annotations
@@ -31,26 +31,26 @@ from .model import KerasModel
 
 
 def check_budget_options(worker: Worker, batch_size: int | None, steps_per_execution: int) -> int:
-    """Before ``worker.start()``, when ``worker.budget`` is set: the checks, the rounding, and the batch size.
+    """Before ``worker.start()``, when ``worker.claims.budget`` is set: the checks, the rounding, and the batch size.
     Collective under an asynchronous sample budget (the ranks' batch sizes are compared)."""
     if batch_size is None:
         raise ConfigError(
-            f"fast_tf.Callback under the work budget {worker.budget} needs batch_size=, the samples of every batch "
-            "fit trains (Keras does not tell callbacks): e.g. Callback(..., batch_size=32) with fit(batch_size=32) "
-            "or fast_tf.Batches(x, y, batch_size=32)"
+            f"fast_tf.Callback under the work budget {worker.claims.budget} needs batch_size=, the samples of every "
+            "batch fit trains (Keras does not tell callbacks): e.g. Callback(..., batch_size=32) with "
+            "fit(batch_size=32) or fast_tf.Batches(x, y, batch_size=32)"
         )
     if steps_per_execution != 1:
         raise ConfigError(
             f"fast_tf.Callback under a work budget needs steps_per_execution=1 (got {steps_per_execution}): every "
             "batch is claimed before it trains; compile with steps_per_execution=1"
         )
-    budget = worker.budget
+    budget = worker.claims.budget
     if budget.samples is None or worker.strategy.lockstep:
         return batch_size
     low, high = min_max(worker.engine, batch_size)
     if low != high:
         raise ConfigError(
-            f"ranks train batches of {low} to {high} samples (rank {worker.rank}: {batch_size}); under an "
+            f"ranks train batches of {low} to {high} samples (rank {worker.engine.rank}: {batch_size}); under an "
             "asynchronous work budget fast_tf needs one batch size on every rank, so each grant is a whole batch: "
             "pass the same batch_size to fit and fast_tf.Callback everywhere"
         )
@@ -61,8 +61,8 @@ def check_budget_options(worker: Worker, batch_size: int | None, steps_per_execu
             f"batches: give at least {batch_size}, or smaller batches"
         )
     if whole != budget.samples:
-        worker.budget = dataclasses.replace(budget, samples=whole)
-        if worker.rank == 0:
+        worker.claims.budget = dataclasses.replace(budget, samples=whole)
+        if worker.engine.rank == 0:
             warnings.warn(
                 f"fast_tf trains whole batches: the budget of {budget.samples} samples becomes {whole} "
                 f"({whole // batch_size} batches of {batch_size})",
@@ -76,8 +76,9 @@ class Grants:
 
     ``start`` after ``worker.start()``; ``begin_batch`` at each ``on_train_batch_begin`` tells whether that batch
     is granted (then its step hooks run and its samples count in ``worker.metrics.samples``); ``end`` at
-    ``on_train_end``. A grant claimed ahead for a batch the fit never ran (its epochs ran out, or another callback
-    stopped it) is neither trained nor counted."""
+    ``on_train_end``. Every claim goes through the worker's (``Claims.reserve`` ahead, ``Worker.claim_batch`` when
+    the batch begins), so a rank lost meanwhile is survived. A grant reserved for a batch the fit never ran (its
+    epochs ran out, or another callback stopped it) is neither trained nor counted."""
 
     def __init__(self, worker: Worker, batch_size: int, model: keras.Model, adapter: KerasModel) -> None:
         self.worker = worker
@@ -85,23 +86,20 @@ class Grants:
         self.model = model
         self.adapter = adapter
         self.next = 0
-        """The grant claimed for the next batch Keras runs (0: none, the fit stops after the current one)."""
+        """The grant reserved for the next batch Keras runs (0: none, the fit stops after the current one)."""
         self._saved: list[tuple[keras.Variable, np.ndarray]] | None = None
-        self._claimed_for = 0  # the worker step the next claim is for: claims run one batch ahead of the steps
 
     def start(self) -> None:
-        self._claimed_for = self.worker.step
-        self.next = self._claim()
+        self.next = self._reserve()
         if self.next == 0:  # Keras trains the first batch anyway: it is put back at the end
             self.model.stop_training = True
             self._saved = [(v, np.array(v.numpy(), copy=True)) for v in self._state()]
 
     def begin_batch(self) -> bool:
-        granted = self.next
-        if granted == 0:
+        if self.next == 0:
             return False
-        self.worker.metrics.samples += granted
-        self.next = self._claim()
+        self.worker.claim_batch(self.batch_size)  # takes the reserved grant and counts it
+        self.next = self._reserve()
         if self.next == 0:
             self.model.stop_training = True  # Keras stops after this batch
         return True
@@ -114,9 +112,8 @@ class Grants:
             self.adapter.new_step()
             self._saved = None
 
-    def _claim(self) -> int:
-        granted = self.worker.allowance.claim(self.batch_size, self._claimed_for)
-        self._claimed_for += 1
+    def _reserve(self) -> int:
+        granted = self.worker.claims.reserve(self.batch_size)
         if 0 < granted < self.batch_size:  # excluded by check_budget_options: every grant is a whole batch
             raise RuntimeError(f"a grant of {granted} samples for a batch of {self.batch_size}: fast_tf needs whole")
         return granted

@@ -55,7 +55,7 @@ class Callback(keras.callbacks.Callback):
     is spent; a synchronous strategy keeps every rank on the same steps. Grants are whole batches (a sample
     budget is rounded down to a multiple of ``batch_size`` under an asynchronous strategy; see
     ``fast_tf.budget``). Epoch-end collectives (averaged logs, consensus distance, FAST's restart) then run only
-    after the epochs every rank is sure to finish (``Worker.collective_passes``; every epoch if synchronous).
+    after the epochs every rank is sure to finish (``Claims.collective_passes``; every epoch if synchronous).
 
     ``resume_from``: a checkpoint of ``fast_tf.save_checkpoint`` (saved on any number of ranks) that the first fit
     starts from: the consensus model, the optimizer's variables, BatchNorm statistics, FAST's step and the budget
@@ -121,7 +121,7 @@ class Callback(keras.callbacks.Callback):
         steps = self._check_steps(worker)
         self._configure_gradients(model, adapter, worker.strategy)
         self._grants, self._collective_epochs = None, None
-        if worker.budget is not None:  # the budget of the run configuration, when none was given
+        if worker.claims.budget is not None:  # the budget of the run configuration, when none was given
             batch_size = check_budget_options(worker, self.batch_size, getattr(model, "steps_per_execution", 1))
             self._grants = Grants(worker, batch_size, model, adapter)
         worker.start()  # same model on every rank (fingerprint), rank 0's weights
@@ -130,7 +130,8 @@ class Callback(keras.callbacks.Callback):
             load_into(self.resume_from, self)  # the model, optimizer, step and budget left of the checkpoint
             self.resume_from = None  # a later fit goes on from where this one ends
         if self._grants is not None:  # the epochs every rank finishes in what is left of the budget
-            self._collective_epochs = worker.collective_passes(steps * batch_size * worker.size, batch_size)
+            job_pass = steps * batch_size * worker.engine.size
+            self._collective_epochs = worker.claims.collective_passes(job_pass, batch_size)
         self._pending = False
         self._epochs = 0
         if self._grants is not None:
@@ -143,7 +144,7 @@ class Callback(keras.callbacks.Callback):
         worker, adapter = self.worker, self.adapter
         worker.close()
         if self.average_at_end:
-            adapter.set_params(worker.average_params())
+            adapter.set_params(worker.group.average_params())
             adapter.sync()
             average_variables(floating(self._fit_model.non_trainable_variables), worker.engine)
         optimizer = self._fit_model.optimizer
@@ -166,15 +167,15 @@ class Callback(keras.callbacks.Callback):
         collective = self._collective_epochs is None or self._epochs < self._collective_epochs
         self._epochs += 1
         consensus = collective and (lockstep if self.consensus is None else self.consensus)
-        distance = worker.consensus_distance() if consensus else None  # before FAST's restart zeroes it
+        distance = worker.group.consensus_distance() if consensus else None  # before FAST's restart zeroes it
         if collective:
             worker.end_epoch(self._monitored(logs))
         if collective and (lockstep if self.average_metrics is None else self.average_metrics):
             average_logs(logs, worker.engine)
         if distance is not None:
             logs["consensus_distance"] = distance
-        if worker.reporting:  # `fast run`'s records: this epoch's (averaged, if asked) logs
-            worker.record_epoch(**{key: float(value) for key, value in logs.items() if _is_number(value)})
+        if worker.records.wanted:  # `fast run`'s records: this epoch's (averaged, if asked) logs
+            worker.records.epoch(**{key: float(value) for key, value in logs.items() if _is_number(value)})
 
     def _finish_step(self) -> None:
         """Run the strategy for the batch that last began; a no-op when none is pending."""
@@ -188,7 +189,7 @@ class Callback(keras.callbacks.Callback):
         else:  # the compiled step applied its update
             self.worker.run_step()
         if self.batch_size is not None:
-            self.worker.record(samples=self.batch_size)  # free unless under `fast run`
+            self.worker.records.step(samples=self.batch_size)  # free unless under `fast run`
 
     def _monitored(self, logs: MutableMapping) -> float:
         name = self.monitor if self.monitor in logs else "loss"
@@ -207,9 +208,9 @@ class Callback(keras.callbacks.Callback):
         low, high = min_max(worker.engine, steps)
         if low != high and worker.strategy.lockstep:
             raise ValueError(
-                f"ranks run between {low} and {high} steps per epoch (rank {worker.rank}: {steps}); the synchronous "
-                f"strategy {worker.strategy.name!r} needs the same number on every rank: split the data with "
-                "fast_tf.shard(..., drop_last=True) or pass the same steps_per_epoch to fit everywhere"
+                f"ranks run between {low} and {high} steps per epoch (rank {worker.engine.rank}: {steps}); the "
+                f"synchronous strategy {worker.strategy.name!r} needs the same number on every rank: split the data "
+                "with fast_tf.shard(..., drop_last=True) or pass the same steps_per_epoch to fit everywhere"
             )
         return high
 

@@ -12,42 +12,40 @@ ones (``iterations``) are averaged and rounded down like every fast_core average
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import keras
 
+from fast_core import Worker
 from fast_core.runtime import checkpoint
 from fast_core.runtime.checkpoint import Checkpoint, CheckpointError
 
+from .model import KerasModel
 from .variables import dtype_of, floating
-
-if TYPE_CHECKING:
-    from .callback import Callback
 
 _OPT = "opt/"
 _BUFFER = "buffer/"
 
 
-def save_checkpoint(path: str | os.PathLike, callback: Callback) -> None:
+def save_checkpoint(path: str | os.PathLike, callback: keras.callbacks.Callback) -> None:
     """Collective: write the consensus of the model ``callback`` trains, the ranks' average of its optimizer's
     variables and BatchNorm statistics, the step, strategy and budget spent to ``path`` (rank 0 writes, atomically).
 
     Call it on every rank after ``model.fit``, or from a callback placed after ``callback`` at an epoch end under a
     synchronous strategy (under an asynchronous one the ranks reach their epoch ends at other times)."""
-    worker, model = _fit_of(callback, "save_checkpoint")
-    callback.adapter.sync()
-    callback.adapter.new_step()  # the parameters are read afresh: the last step may have changed them
+    worker, model, adapter = _fit_of(callback, "save_checkpoint")
+    adapter.sync()
+    adapter.new_step()  # the parameters are read afresh: the last step may have changed them
     optimizer = optimizer_of(model)
     state = {f"{_OPT}{i}": v.numpy() for i, v in enumerate(optimizer.variables)}
     state.update({f"{_BUFFER}{i}": v.numpy() for i, v in enumerate(floating(model.non_trainable_variables))})
     checkpoint.save(path, worker, state, extra={"optimizer": _describe(optimizer)})
 
 
-def load_into(path: str | os.PathLike, callback: Callback) -> Checkpoint:
+def load_into(path: str | os.PathLike, callback: keras.callbacks.Callback) -> Checkpoint:
     """Collective, on any number of ranks: the saved consensus model, optimizer variables, BatchNorm statistics,
     step and the budget the job has left, set into the callback's model. ``fast_tf.Callback(resume_from=path)``
     calls it at the start of its first fit; the model must be built and compiled with the same optimizer class."""
-    worker, model = _fit_of(callback, "resume_from")
+    worker, model, _ = _fit_of(callback, "resume_from")
     loaded = checkpoint.load(path, worker)  # the parameters, step and budget
     optimizer = optimizer_of(model)
     if not optimizer.built:
@@ -71,14 +69,16 @@ def optimizer_of(model: keras.Model) -> keras.optimizers.Optimizer:
     return getattr(optimizer, "optimizer", optimizer)
 
 
-def _fit_of(callback: Callback, call: str) -> tuple:
+def _fit_of(callback: keras.callbacks.Callback, call: str) -> tuple[Worker, keras.Model, KerasModel]:
+    """The worker, model and adapter of a fast_tf.Callback's fit (read by name: that module imports this one)."""
     worker, model = getattr(callback, "worker", None), getattr(callback, "_fit_model", None)
-    if worker is None or model is None:
+    adapter = getattr(callback, "adapter", None)
+    if worker is None or model is None or adapter is None:
         raise CheckpointError(
             f"{call} needs the fast_tf.Callback of a fit that has begun: pass the callback given to model.fit, "
             "after fit (or from a callback at an epoch end)"
         )
-    return worker, model
+    return worker, model, adapter
 
 
 def _assign(path: str | os.PathLike, variables: list, loaded: Checkpoint, prefix: str) -> None:

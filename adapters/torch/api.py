@@ -42,7 +42,7 @@ def average_model(
     engine = engine or (worker.engine if worker is not None else default_engine())
     tensors = floating_tensors(model, buffers=buffers)
     if worker is not None:  # a lost rank is survived (fast run --fault-tolerant), then the survivors average
-        worker.run_collective(lambda: average_tensors(tensors, worker.engine))
+        worker.group.collective(lambda: average_tensors(tensors, worker.engine))
     else:
         average_tensors(tensors, engine)
 
@@ -58,7 +58,7 @@ def consensus_copy(model: torch.nn.Module, buffers: bool = True, engine: Engine 
     copy = deepcopy(model)
     tensors = floating_tensors(copy, buffers=buffers)
     if worker is not None:
-        worker.run_collective(lambda: average_tensors(tensors, worker.engine))
+        worker.group.collective(lambda: average_tensors(tensors, worker.engine))
     else:
         average_tensors(tensors, engine)
     return copy

@@ -84,8 +84,7 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     def load(opt, state):
         saved = state.pop(_STATE_KEY, None)
         if saved is not None:
-            worker.step = int(saved["step"])
-            worker.metrics.steps = worker.step
+            worker.step = int(saved["step"])  # the step clock: the strategy's step and the metrics' count
         return state
 
     optimizer.register_step_pre_hook(before)

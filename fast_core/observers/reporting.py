@@ -1,10 +1,10 @@
-"""What a Worker reports under `fast run`: per-rank records in the run folder, rank 0's bar, lines on request.
+"""What a rank reports under `fast run`: per-rank records in the run folder, rank 0's bar, lines on request.
 
-Scripts hand over what only they know (``worker.record(loss=..., samples=...)`` each step,
-``worker.record_epoch(val_accuracy=...)``, ``worker.record_result(test_accuracy=...)``); the Worker adds its step
-count and metrics (bytes, waits, staleness, the last consensus distance the script computed) and writes a "step"
-record every ``FAST_LOG_EVERY`` steps. Nothing here is collective, and without the environment variables that
-`fast run` sets the Worker has no Reporter at all.
+Scripts hand over what only they know (``worker.records.step(loss=..., samples=...)`` each step,
+``worker.records.epoch(val_accuracy=...)``, ``worker.records.result(test_accuracy=...)``); the Reporter adds the
+step count and the worker's counters (bytes, waits, staleness, the last consensus distance the script computed) and
+writes a "step" record every ``FAST_LOG_EVERY`` steps. Nothing here is collective, and without the environment
+variables that `fast run` sets the Worker has no Reporter at all.
 
 Times, for honest job figures (``fast bench``): every record's ``time`` counts seconds since the worker's start,
 which is collective, so it is the job's common start on every rank; the "start" record also holds it as wall-clock
@@ -21,18 +21,14 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from fast_core.config.run import RunConfig
+from fast_core.metrics import Metrics
 from fast_core.observers.base import Observer
+from fast_core.observers.events import Closed, ComputeEnded, Recorded, Recovered, Started, StepEnded
 from fast_core.observers.progress import ProgressBar, print_record
 from fast_core.observers.runlog import RunLog, rank_file
 from fast_core.observers.straggler import Straggler
-
-if TYPE_CHECKING:
-    from fast_core.runtime.worker import Worker
 
 METRICS = (
     "bytes_sent",
@@ -43,7 +39,7 @@ METRICS = (
     "staleness_max",
     "refused_messages",
 )
-"""The Worker's counters copied into every record (cumulative), besides the consensus distance."""
+"""The worker's counters copied into every record (cumulative), besides the consensus distance."""
 SUMMED = "samples"
 """The one recorded value that adds up (a running total); every other value is averaged between records."""
 
@@ -54,7 +50,14 @@ class Reporter(Observer):
     records = True
 
     def __init__(
-        self, rank: int, run_dir: Path | None, every: int, progress: bool, verbose: bool, label: str = ""
+        self,
+        rank: int,
+        run_dir: Path | None,
+        every: int,
+        progress: bool,
+        verbose: bool,
+        label: str = "",
+        straggler: Straggler | None = None,
     ) -> None:
         self.rank = rank
         self.every = every
@@ -70,31 +73,38 @@ class Reporter(Observer):
         self._last_step = -1
         self._step_time = 0.0  # seconds from the start to the end of the last step (closing may wait for peers)
         self._wall_stop: float | None = None  # time.time() at the end of the last step
-        self._compute = 0.0  # the worker's step_compute, summed
+        self._compute = 0.0  # the steps' compute seconds, summed
         self._start = time.perf_counter()
+        self._straggler = straggler  # its sleep goes into the "close" record
+        self._metrics = Metrics()  # the worker's live counters, from the start (zeros until then)
 
-    # Worker events -----------------------------------------------------------------------------------------------
-    def on_start(self, worker: Worker) -> None:
+    # events -------------------------------------------------------------------------------------------------------
+    def on_start(self, event: Started) -> None:
         wall = time.time()
         self._start = time.perf_counter()
+        self._metrics = event.metrics
         if self._progress:
-            self._bar = ProgressBar(self._label or worker.strategy.name)
-        meta = {"size": worker.size, "strategy": repr(worker.strategy), "host": socket.gethostname()}
-        if worker.budget is not None:  # the job's total, for fast run's bar (a script's --epochs is known only here)
-            meta.update(budget_samples=worker.budget.samples, budget_seconds=worker.budget.seconds)
-        self._emit(worker, "start", {**meta, "pid": os.getpid(), "log_every": self.every, "wall_start": wall})
+            self._bar = ProgressBar(self._label or event.strategy_name)
+        meta = {"size": event.size, "strategy": event.strategy, "host": socket.gethostname()}
+        if event.budget_samples is not None or event.budget_seconds is not None:  # the job's total, for fast run's bar
+            meta.update(budget_samples=event.budget_samples, budget_seconds=event.budget_seconds)
+        self._emit(event.step, "start", {**meta, "pid": os.getpid(), "log_every": self.every, "wall_start": wall})
 
-    def on_compute_end(self, worker: Worker) -> None:
-        self._compute += worker.step_compute  # measured before any observer ran: a straggler's sleep is not in it
+    def on_compute_end(self, event: ComputeEnded) -> None:
+        self._compute += event.compute_seconds  # measured before any observer ran: a straggler's sleep is not in it
 
-    def on_record(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
-        if kind == "step":
+    def on_record(self, event: Recorded) -> None:
+        values = dict(event.values)
+        if event.kind == "step":
             self._add(values)
             return
-        if kind == "epoch":
+        if event.kind == "epoch":
             self._epochs += 1
             values = {"epoch": self._epochs, **values}
-        self._emit(worker, kind, values)  # "result", and any other kind (e.g. "consensus") as its own record
+        self._emit(event.step, event.kind, values)  # "result", and any other kind (e.g. "consensus") as its own
+
+    def on_recovery(self, event: Recovered) -> None:
+        self._emit(event.step, "membership", event.as_record())
 
     def _add(self, values: dict[str, Any]) -> None:
         for key, value in values.items():
@@ -104,24 +114,23 @@ class Reporter(Observer):
                 self._sums[key] = self._sums.get(key, 0.0) + float(value)
                 self._counts[key] = self._counts.get(key, 0) + 1
 
-    def on_step_end(self, worker: Worker) -> None:
+    def on_step_end(self, event: StepEnded) -> None:
         now = time.perf_counter()
         self._wall_stop = time.time()  # read after the step clock, as wall_start before it: the job's span holds it
         self._step_time = now - self._start
         if self._bar is not None:
             self._bar.update()
-        if worker.step % self.every == 0:
-            self._emit(worker, "step", self._interval())
+        if event.step % self.every == 0:
+            self._emit(event.step, "step", self._interval())
 
-    def on_close(self, worker: Worker) -> None:
+    def on_close(self, event: Closed) -> None:
         """The last values, then a "close" record with the totals; the bar ends. Results may still follow."""
-        if self._counts and worker.step != self._last_step:
-            self._emit(worker, "step", self._interval())
+        if self._counts and event.step != self._last_step:
+            self._emit(event.step, "step", self._interval())
         closing = {SUMMED: self._samples, "step_time": self._step_time, "wall_stop": self._wall_stop}
-        slept = [o.slept for o in worker.observers if isinstance(o, Straggler)]
-        if slept:
-            closing["straggler_slept"] = sum(slept)  # seconds this rank slept as the simulated straggler
-        self._emit(worker, "close", closing)
+        if self._straggler is not None:
+            closing["straggler_slept"] = self._straggler.slept  # seconds this rank slept as the simulated straggler
+        self._emit(event.step, "close", closing)
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -134,15 +143,15 @@ class Reporter(Observer):
         self._counts.clear()
         return {**means, SUMMED: self._samples}
 
-    def _emit(self, worker: Worker, kind: str, values: dict[str, Any]) -> None:
-        metrics = worker.metrics.as_dict()
-        record = {"kind": kind, "rank": self.rank, "step": worker.step, "time": time.perf_counter() - self._start}
+    def _emit(self, step: int, kind: str, values: dict[str, Any]) -> None:
+        metrics = self._metrics.as_dict()
+        record = {"kind": kind, "rank": self.rank, "step": step, "time": time.perf_counter() - self._start}
         record.update({key: metrics[key] for key in METRICS})
         record["compute_seconds"] = self._compute
         record["consensus_distance"] = metrics["consensus_distance"]
         record.update(values)
         if kind == "step":
-            self._last_step = worker.step
+            self._last_step = step
         if self.log is not None:
             self.log.write(record)
         if self._bar is not None and kind in ("step", "epoch"):
@@ -150,24 +159,3 @@ class Reporter(Observer):
         if self._verbose and (self._bar is None or kind not in ("step", "epoch")):
             print_record(record)
 
-
-def epoch_summary(worker: Worker, loss: float) -> tuple[float, float | None]:
-    """An epoch's loss averaged over ranks and the consensus distance, for synchronous strategies; for asynchronous
-    ones this rank's own loss and None.
-
-    Both numbers are collectives: under an asynchronous strategy they would hold every rank to the slowest one's
-    pace once an epoch, undoing what the strategy is for (a straggler would set everyone's speed).
-    """
-    if not worker.strategy.lockstep:
-        return loss, None
-    total = np.array([loss], dtype=np.float64)
-    worker.run_collective(lambda: worker.engine.allreduce(total))  # survives a lost rank under --fault-tolerant
-    return float(total[0]) / worker.size, worker.consensus_distance()
-
-
-def reporter_from_environment(rank: int) -> Reporter | None:
-    """The Reporter `fast run` asks for through the environment, or None when it asks for nothing."""
-    config = RunConfig.from_environment()
-    if not config.reporting:
-        return None
-    return Reporter(rank, config.run_dir, config.log_every, config.progress, config.verbose, config.label)

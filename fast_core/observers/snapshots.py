@@ -6,14 +6,15 @@ make every rank wait for the slowest at each point, the very thing the strategy 
 file write of the flat parameters on this rank's trainer, no message.
 
 - ``Snapshots`` (an Observer) saves this rank's flat parameters at ``0, every_seconds, 2 * every_seconds, ...``
-  seconds since the worker's common start (``Worker.started_at``): at the first compute end at or after each
+  seconds since the worker's common start (``Started.started_at``): at the first compute end at or after each
   point, before that step's update, so the saved values are the model this rank held at that point. A rank
   reaches a point only while it trains: points after its last step are not saved. At ``close`` it also saves its
   final parameters (after the strategy's last messages landed) and a manifest ``rank<r>.json``.
 - ``consensus_curve(folder, evaluate)`` (not collective; after every rank closed) averages, at each point every
   rank reached, the ranks' snapshots (in float64, like ``collectives.average_arrays``) and returns ``(time,
   evaluate(average))`` pairs; the last pair is the final consensus model at the job's stop (the last rank's last
-  step). ``record_consensus_curve`` does the whole end of a run: barrier, rank 0 evaluates and records.
+  step). ``fast_core.runtime.consensus_curve`` attaches snapshots to a worker and does the whole end of a run
+  (barrier, rank 0 evaluates and records).
 
 Only the flat trainable parameters are saved: buffers such as BatchNorm statistics are not part of it.
 """
@@ -21,21 +22,16 @@ Only the flat trainable parameters are saved: buffers such as BatchNorm statisti
 from __future__ import annotations
 
 import json
-import logging
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer
-
-if TYPE_CHECKING:
-    from fast_core.runtime.worker import Worker
+from fast_core.observers.events import Closed, ComputeEnded, Started, StepEnded
 
 FOLDER = "snapshots"
 """The snapshots' sub-folder of a run folder (``fast run``'s ``RunConfig.run_dir``)."""
@@ -43,18 +39,19 @@ FINAL = "final"
 
 Curve = list[tuple[float, float]]
 
-log = logging.getLogger("fast")
-
 
 class Snapshots(Observer):
-    """Save this rank's flat parameters every ``every_seconds`` of wall clock since the worker's common start.
+    """Save this rank's flat parameters (``params()``, e.g. the model adapter's ``params``) every ``every_seconds`` of
+    wall clock since the worker's common start.
 
     Files: ``<folder>/rank<r>/<point>.npy`` (the point's index; one file per point, so a step spanning several
     points writes the same values under each) and, at close, ``<folder>/rank<r>/final.npy`` and the manifest
     ``<folder>/rank<r>.json`` (written last: its presence says the rank's snapshots are complete).
     """
 
-    def __init__(self, folder: Path | str, every_seconds: float, rank: int) -> None:
+    def __init__(
+        self, folder: Path | str, every_seconds: float, rank: int, params: Callable[[], np.ndarray]
+    ) -> None:
         if isinstance(every_seconds, bool) or not isinstance(every_seconds, int | float) or not every_seconds > 0:
             raise ValueError(f"Snapshots(every_seconds={every_seconds!r}): give the seconds between snapshots, > 0")
         self.folder = Path(folder)
@@ -64,35 +61,26 @@ class Snapshots(Observer):
         """Points saved so far: 0 .. points - 1."""
         self.stop = 0.0
         """Seconds from the common start to this rank's last step end."""
+        self._params = params
         self._origin: float | None = None
         self._dir = self.folder / f"rank{rank}"
 
-    @classmethod
-    def attach(cls, worker: Worker, folder: Path | str, every_seconds: float) -> Snapshots:
-        """Add snapshots to ``worker``'s observers, also when it has already started (point 0 is then saved now:
-        call it before the first step, as adapters that start the worker at wrap time need)."""
-        snapshots = cls(folder, every_seconds, worker.rank)
-        worker.observers.append(snapshots)
-        if worker.started_at is not None:
-            snapshots.on_start(worker)
-        return snapshots
-
-    # Worker events -----------------------------------------------------------------------------------------------
-    def on_start(self, worker: Worker) -> None:
-        self._origin = worker.started_at
+    # events -------------------------------------------------------------------------------------------------------
+    def on_start(self, event: Started) -> None:
+        self._origin = event.started_at
         self._dir.mkdir(parents=True, exist_ok=True)
-        self._save_due(worker)  # point 0: the common start model
+        self._save_due()  # point 0: the common start model
 
-    def on_compute_end(self, worker: Worker) -> None:
-        self._save_due(worker)
+    def on_compute_end(self, event: ComputeEnded) -> None:
+        self._save_due()
 
-    def on_step_end(self, worker: Worker) -> None:
+    def on_step_end(self, event: StepEnded) -> None:
         self.stop = self._elapsed()
 
-    def on_close(self, worker: Worker) -> None:
+    def on_close(self, event: Closed) -> None:
         if self._origin is None:
             return
-        np.save(self._dir / f"{FINAL}.npy", worker.model.params())
+        np.save(self._dir / f"{FINAL}.npy", self._params())
         manifest = {"rank": self.rank, "every_seconds": self.every, "points": self.points, "stop": self.stop}
         (self.folder / f"rank{self.rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
 
@@ -100,13 +88,13 @@ class Snapshots(Observer):
     def _elapsed(self) -> float:
         return time.monotonic() - self._origin if self._origin is not None else 0.0
 
-    def _save_due(self, worker: Worker) -> None:
+    def _save_due(self) -> None:
         if self._origin is None:
             return
         due = int(self._elapsed() // self.every) + 1  # points 0 .. due - 1 have been reached
         if due <= self.points:
             return
-        params = worker.model.params()
+        params = self._params()
         for point in range(self.points, due):
             np.save(self._dir / f"{point}.npy", params)
         self.points = due
@@ -171,33 +159,6 @@ def loaded(model: ModelAdapter, flat: np.ndarray) -> Iterator[ModelAdapter]:
         yield model
     finally:
         model.set_params(own)
-
-
-def record_consensus_curve(
-    worker: Worker, snapshots: Snapshots, metric: Callable[[], float], name: str = "val_accuracy", keep: bool = False
-) -> Curve:
-    """The end of a run with snapshots (collective, after ``worker.close()``): a barrier so every rank's snapshots
-    are complete, then rank 0 evaluates ``metric()`` (higher is better, e.g. validation accuracy of the model the
-    worker trains) with each consensus snapshot loaded into the worker's model, and records each as a "consensus"
-    record ``{time, <name>}`` (``worker.record_consensus``). Its model is restored after each evaluation.
-    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``. A job that lost
-    ranks (``fast run --fault-tolerant``) has no curve: the lost ranks' snapshots stop where they died."""
-    worker.run_collective(worker.engine.barrier)
-    if worker.rank != 0 or worker.recoveries:
-        if worker.recoveries and worker.rank == 0:
-            log.warning("no consensus curve: ranks were lost during the run, so their snapshots stop early")
-        return []
-
-    def evaluate(flat: np.ndarray) -> float:
-        with loaded(worker.model, flat):
-            return float(metric())
-
-    curve = consensus_curve(snapshots.folder, evaluate, worker.size)
-    for seconds, value in curve:
-        worker.record_consensus(time=seconds, **{name: value})
-    if not keep:
-        shutil.rmtree(snapshots.folder, ignore_errors=True)
-    return curve
 
 
 def curve_text(curve: Curve, name: str = "validation accuracy") -> str:

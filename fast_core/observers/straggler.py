@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fast_core.config.run import STRAGGLER_RANK_VARIABLE, STRAGGLER_SECONDS_VARIABLE, STRAGGLER_VARIABLE, RunConfig
 from fast_core.errors import ConfigError
 from fast_core.observers.base import Observer
-
-if TYPE_CHECKING:
-    from fast_core.runtime.worker import Worker
+from fast_core.observers.events import ComputeEnded
 
 __all__ = [
     "STRAGGLER_RANK_VARIABLE",
@@ -37,13 +35,12 @@ __all__ = [
     "Straggler",
     "calibrated_seconds",
     "compute_per_step",
-    "straggler_from_environment",
 ]
 
 
 class Straggler(Observer):
     """Stretches each step once its compute has ended (``on_compute_end``), by the worker's measure of that compute
-    (``Worker.step_compute``: from the last step's end to the gradient hook, evaluations excluded).
+    (``ComputeEnded.compute_seconds``: from the last step's end to the gradient hook, evaluations excluded).
 
     ``Straggler(3.0)`` is the relative form; ``Straggler(seconds=0.02)`` the fixed one. ``slept`` and ``steps``
     count what it did (the Reporter copies ``slept`` into the "close" record).
@@ -81,13 +78,8 @@ class Straggler(Observer):
             time.sleep(pause)
             self.slept += pause
 
-    def on_compute_end(self, worker: Worker) -> None:
-        self.slow_down(worker.step_compute)
-
-
-def straggler_from_environment(rank: int, size: int) -> Straggler | None:
-    """The Straggler this rank plays under ``FAST_STRAGGLER`` or ``FAST_STRAGGLER_SECONDS``, or None."""
-    return Straggler.for_rank(RunConfig.from_environment(), rank, size)
+    def on_compute_end(self, event: ComputeEnded) -> None:
+        self.slow_down(event.compute_seconds)
 
 
 # calibration (fast bench --straggler F) ----------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 and every rank stops once it is spent. Under an asynchronous strategy a faster rank simply does more of the work.
 
 The trainer asks before each batch: ``n = worker.claim_batch(batch_size)`` is how many samples to train now
-(``batch_size``, fewer on the job's last grant), 0 once the budget is spent (stop, then ``close()``). How the ranks
-agree, with no blocking collective on an asynchronous training path:
+(``batch_size``, fewer on the job's last grant), 0 once the budget is spent (stop, then ``close()``); the claims go
+through ``fast_core.runtime.claims``. How the ranks agree, with no blocking collective on an asynchronous training
+path:
 
 - Asynchronous strategy, sample budget: rank 0 holds the one counter. Its communication thread (a RequestService)
   grants samples to the other ranks without rank 0's trainer; each rank reserves its next batches ahead, so its
@@ -36,7 +37,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,9 +44,6 @@ from fast_core.config.run import RunConfig, check_budget
 from fast_core.engine import Engine
 from fast_core.errors import ConfigError
 from fast_core.transport import RequestService
-
-if TYPE_CHECKING:
-    from fast_core.runtime.worker import Worker
 
 log = logging.getLogger("fast")
 
@@ -353,20 +350,3 @@ def regrouped_samples(engine: Engine, before: SharedSamples | None, ahead: int |
         after.ahead, after.spent_at = before.ahead, before.spent_at
     return after
 
-
-def spent_text(worker: Worker, global_epoch: int) -> str:
-    """Collective, after ``close()``: one line on how the job spent its budget (the job's samples, in global epochs
-    of ``global_epoch`` samples; rank 0's share; every rank's steps, gathered by one allreduce), for the examples'
-    last output."""
-    def gather() -> np.ndarray:
-        steps = np.zeros(worker.size, dtype=np.int64)
-        steps[worker.rank] = worker.step
-        worker.engine.allreduce(steps)  # after close: no rank waits mid-training
-        return steps
-
-    steps = worker.run_collective(gather)
-    job, mine = worker.metrics.job_samples, worker.metrics.samples
-    return (
-        f"budget spent: {job} samples trained by the job ({job / global_epoch:.2f} global epochs), {mine} of them by "
-        f"rank {worker.rank}; steps per rank {steps.tolist()}"
-    )

@@ -78,14 +78,14 @@ def save(
     engine.allreduce(counts)
     step = np.array([worker.step], dtype=np.int64)
     engine.broadcast(step, root=0)
-    spent = worker.samples_before + int(counts[0])
-    budget = worker.budget
+    spent = worker.claims.samples_before + int(counts[0])
+    budget = worker.claims.budget
     header = {
         "format": FORMAT,
         "step": int(step[0]),
         "strategy": repr(worker.strategy),
         "ranks": engine.size,
-        "layout": worker.layout.describe(),
+        "layout": worker.model.layout.describe(),
         "samples_spent": spent,
         "samples_left": None if budget is None or budget.samples is None else max(0, budget.samples - spent),
         "state": [[name, list(a.shape), a.dtype.str] for name, a in averaged.items()],
@@ -108,14 +108,14 @@ def load(path: str | os.PathLike, worker: Worker) -> Checkpoint:
     header, params, state, error = None, None, {}, None
     if engine.rank == 0:
         try:
-            header, params, state = _read(os.fspath(path), worker.layout)
+            header, params, state = _read(os.fspath(path), worker.model.layout)
         except CheckpointError as exc:
             error = str(exc)
     _agree(engine, error)
     text = engine.broadcast_text(json.dumps(header) if engine.rank == 0 else "")
     header = json.loads(text)
     if engine.rank != 0:
-        params = worker.layout.empty()
+        params = worker.model.layout.empty()
         state = {name: np.empty(shape, dtype=np.dtype(dtype)) for name, shape, dtype in header["state"]}
     arrays = collectives.broadcast_arrays([params, *state.values()], engine, root=0)
     params, state = arrays[0], dict(zip(state, arrays[1:], strict=True))

@@ -28,18 +28,19 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fast_core.engine import Engine
 from fast_core.engine.capabilities import FaultTolerant, fault_tolerance
 from fast_core.errors import ConfigError, PeerLost
+from fast_core.model.contract import ModelAdapter
 from fast_core.runtime.agreement import check_same_setup
-from fast_core.strategies.base import GroupChange
+from fast_core.runtime.budget import Allowance
+from fast_core.runtime.clock import set_step
+from fast_core.strategies import Strategy
+from fast_core.strategies.base import GroupChange, StepContext
 from fast_core.strategies.canonical import canonical_strategy
-
-if TYPE_CHECKING:
-    from fast_core.runtime.worker import Worker
 
 log = logging.getLogger("fast")
 
@@ -47,112 +48,110 @@ MAX_SHRINKS_IN_A_ROW = 8
 """Losses survived back to back inside one hook (a rank dying during the recovery from another) before giving up."""
 
 
-@dataclass(frozen=True)
-class Recovery:
-    """One loss survived, as the run records report it."""
+@dataclass
+class RecoveryState:
+    """All that recovery reads and writes: this rank's engine (it shrinks and grows), the strategy and its context
+    (the step clock), the budget's allowance (once training started) and the step training started from. The
+    Worker's rank and size are its engine's, so nothing else changes when the group does."""
 
-    lost: tuple[int, ...]
-    """Launch numbers of the ranks lost."""
-    replaced: tuple[int, ...]
-    """Launch numbers whose ranks new processes took over (``fast run --max-restarts``)."""
-    step: int
-    """The step the group goes on from."""
-    size: int
-    """The group's size after the recovery."""
-    detected_at: float
-    """``time.time()`` when this rank learned of the loss (its PeerLost)."""
-    recovered_at: float
-    """``time.time()`` when it went on training."""
+    engine: Engine
+    context: StepContext
+    strategy: Strategy
+    allowance: Allowance | None = None
+    first_step: int = 0
+    """The step training started (or resumed) from: a strategy's lockstep steps count from it."""
 
-    def as_record(self) -> dict[str, float | int | str]:
-        return {
-            "lost": ",".join(map(str, self.lost)),
-            "replaced": ",".join(map(str, self.replaced)),
-            "step": self.step,
-            "size": self.size,
-            "detected_at": self.detected_at,
-            "recovery_seconds": self.recovered_at - self.detected_at,
-        }
+    @property
+    def model(self) -> ModelAdapter:
+        return self.context.model
+
+    @property
+    def step(self) -> int:
+        return self.context.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        set_step(self.context, value)
 
 
-def survive(worker: Worker, error: PeerLost) -> GroupChange:
+def survive(state: RecoveryState, error: PeerLost) -> GroupChange:
     """Steps 1, 2 and the budget's part of 4 on this survivor (collective over the survivors, and the replacements
     if any are started); ``resync`` does the rest, at once or at the end of the step in progress."""
-    engine = fault_tolerance(worker.engine)
+    engine = fault_tolerance(state.engine)
     old_world, old_size = engine.world_ranks, engine.size
     log.warning("rank %d (launched as %d): %s", engine.rank, old_world[engine.rank], error)
-    worker.strategy.abandon(worker.context)
-    if worker.allowance is not None:
-        worker.allowance.abandon()
+    state.strategy.abandon(state.context)
+    if state.allowance is not None:
+        state.allowance.abandon()
     lost = engine.shrink()
     kept = tuple(old_world.index(w) for w in engine.world_ranks)
     replaced = engine.grow(lost) if engine.restarts_left else ()
     change = GroupChange(kept, old_size, lost, engine.size, replaced)
-    _regroup(worker, change, member=True)
+    _regroup(state, change, member=True)
     return change
 
 
-def join(worker: Worker) -> None:
-    """A process started to replace lost ranks (``FaultTolerant.joined``) joins the group from its Worker's start: the
-    same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a live
-    rank, not from a file) and its place in the topology and the budget."""
-    engine = fault_tolerance(worker.engine)
+def join(state: RecoveryState) -> None:
+    """A process started to replace lost ranks (``FaultTolerant.joined``) joins the group from its Worker's start:
+    the same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a
+    live rank, not from a file) and its place in the topology and the budget."""
+    engine = fault_tolerance(state.engine)
     change = GroupChange((), 0, (), engine.size, engine.joined)
-    _regroup(worker, change, member=False)
-    worker.step = resync(worker, change, member=False, next_step=-1)
+    _regroup(state, change, member=False)
+    state.step = resync(state, change, member=False, next_step=-1)
     engine.joined = ()
-    log.info("rank %d joined as launch number %d at step %d", engine.rank, engine.world_ranks[engine.rank], worker.step)
+    if state.allowance is not None:
+        state.allowance.first_step = state.first_step
+    log.info("rank %d joined as launch number %d at step %d", engine.rank, engine.world_ranks[engine.rank], state.step)
 
 
-def _regroup(worker: Worker, change: GroupChange, member: bool) -> None:
+def _regroup(state: RecoveryState, change: GroupChange, member: bool) -> None:
     """The part of a change every rank of the new group does at once: the newcomers' check, the budget."""
-    engine = worker.engine
-    worker.rank, worker.size = engine.rank, engine.size
     if change.replaced:  # the newcomers run the same script: check it like at the start
-        worker.strategy.heal_topology(change)
-        check_same_setup(worker.layout, canonical_strategy(worker.strategy, shared=True), engine)
-    if worker.allowance is not None:
-        worker.allowance.rejoin(member)
+        state.strategy.heal_topology(change)
+        check_same_setup(state.model.layout, canonical_strategy(state.strategy, shared=True), state.engine)
+    if state.allowance is not None:
+        state.allowance.rejoin(member)
 
 
-def resync(worker: Worker, change: GroupChange, member: bool, next_step: int) -> int:
+def resync(state: RecoveryState, change: GroupChange, member: bool, next_step: int) -> int:
     """Step 3 and the strategy's part of 4 (collective over the new group): returns the step every rank runs next.
     ``next_step``: the one this rank would run next (after the step it was in, if it ends here); lockstep ranks all
     take the largest, asynchronous ones keep theirs, a replacement takes the largest."""
-    engine, context = worker.engine, worker.context
-    lockstep = member and _in_lockstep(worker)
-    clocks = np.array([next_step, lockstep, worker.first_step if member else -1], dtype=np.int64)
+    engine = state.engine
+    lockstep = member and _in_lockstep(state)
+    clocks = np.array([next_step, lockstep, state.first_step if member else -1], dtype=np.int64)
     engine.allreduce(clocks, op="max", kind="job")
     aligned = int(clocks[0]) if clocks[1] or not member else next_step
     if not member:
-        worker.first_step = int(clocks[2])
-        change = replace(change, first_step=worker.first_step)
-    _average_of_members(worker, member)
+        state.first_step = int(clocks[2])
+        change = replace(change, first_step=state.first_step)
+    _average_of_members(state, member)
     if change.replaced:
-        _give_optimizer_state(worker, member)
-    worker.step = aligned  # the strategy sets up for the step it runs next
-    worker.strategy.rejoin(context, change)
+        _give_optimizer_state(state, member)
+    state.step = aligned  # the strategy sets up for the step it runs next
+    state.strategy.rejoin(state.context, change)
     return aligned
 
 
-def _average_of_members(worker: Worker, member: bool) -> None:
+def _average_of_members(state: RecoveryState, member: bool) -> None:
     """Every rank takes the average of the parameters of the ranks that were in the group (a newcomer's own
     start counts for nothing)."""
-    engine = worker.engine
-    total = np.array(worker.model.params(), copy=True)
+    engine = state.engine
+    total = np.array(state.model.params(), copy=True)
     if not member:
         total.fill(0)
     count = np.array([float(member)])
     engine.allreduce(total, kind="job")
     engine.allreduce(count, kind="job")
     total /= count[0]
-    worker.model.set_params(total)
+    state.model.set_params(total)
 
 
-def _give_optimizer_state(worker: Worker, member: bool) -> None:
+def _give_optimizer_state(state: RecoveryState, member: bool) -> None:
     """A live rank's optimizer state (momentum, AdaGrad sums, ...) to the newcomers, for adapters that expose it
     (``optimizer_state``/``load_optimizer_state``): names, shapes and dtypes as JSON, then each array; no pickle."""
-    model, engine = worker.model, worker.engine
+    model, engine = state.model, state.engine
     take, give = getattr(model, "optimizer_state", None), getattr(model, "load_optimizer_state", None)
     if take is None or give is None:
         return
@@ -172,21 +171,21 @@ def _give_optimizer_state(worker: Worker, member: bool) -> None:
         give(received)
 
 
-def _in_lockstep(worker: Worker) -> bool:
+def _in_lockstep(state: RecoveryState) -> bool:
     """Whether the step being run is one every rank runs together (a lockstep strategy or warm-up phase)."""
     try:
-        steps = worker.strategy.lockstep_steps()
+        steps = state.strategy.lockstep_steps()
     except ConfigError:  # a lockstep phase after an asynchronous one: no budget needs the count
-        return worker.strategy.lockstep
-    return worker.step - worker.first_step < steps
+        return state.strategy.lockstep
+    return state.step - state.first_step < steps
 
 
-def check_can_survive(worker: Worker, error: PeerLost, attempts: int) -> None:
+def check_can_survive(state: RecoveryState, error: PeerLost, attempts: int) -> None:
     """Re-raise ``error`` where the job cannot go on: the engine is not fault tolerant, the strategy says it cannot
     survive, or ranks keep dying during the recovery."""
-    if not isinstance(worker.engine, FaultTolerant):
+    if not isinstance(state.engine, FaultTolerant):
         raise error
-    if not worker.strategy.survivable:
-        raise PeerLost(f"{error}; strategy {worker.strategy.name} cannot go on without the lost rank") from error
+    if not state.strategy.survivable:
+        raise PeerLost(f"{error}; strategy {state.strategy.name} cannot go on without the lost rank") from error
     if attempts >= MAX_SHRINKS_IN_A_ROW:
         raise PeerLost(f"{error}; {attempts} losses in a row during recovery, giving up") from error

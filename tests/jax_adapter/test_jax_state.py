@@ -15,6 +15,7 @@ from jax_references import allreduce_momentum_reference, dpsgd_reference
 import fast_jax as fast
 from fast_core import LocalCluster
 from fast_core.observers.base import Observer
+from fast_core.observers.events import Recorded
 from fast_core.topology import make_topology
 
 FEATURES, CLASSES, LR, MOMENTUM, STEPS, SIZE, BATCH = 6, 3, 0.1, 0.9, 3, 4, 16
@@ -121,9 +122,9 @@ class Records(Observer):
     def __init__(self) -> None:
         self.steps: list[dict] = []
 
-    def on_record(self, worker, kind: str, values: dict) -> None:
-        if kind == "step":
-            self.steps.append(dict(values))
+    def on_record(self, event: Recorded) -> None:
+        if event.kind == "step":
+            self.steps.append(dict(event.values))
 
 
 @pytest.mark.parametrize("form", ["state", "plain"])
@@ -146,7 +147,7 @@ def test_the_steps_loss_reaches_the_workers_records(form: str) -> None:
             state = make_state(0, tx)
             params, opt_state = step.start(state.params, state.opt_state)
             state = state.replace(params=params, opt_state=opt_state)
-        step.worker.observers.append(records)
+        step.worker.observers.attach(records)
         losses = []
         for k in range(STEPS):
             data = batch(engine.rank, k)

@@ -48,7 +48,7 @@ def fit(engine: Engine, strategy, budget, *, slow: int | None = None, optimizer=
         "samples": worker.metrics.samples,
         "job": worker.metrics.job_samples,
         "epochs": len(history.epoch),
-        "budget": worker.budget,
+        "budget": worker.claims.budget,
         "weights": [w.copy() for w in model.get_weights()],
         "iterations": int(model.optimizer.iterations.numpy()),
     }

@@ -167,7 +167,7 @@ def test_frozen_parameters_stay_out_and_untouched() -> None:
     opt = fast.DistributedOptimizer(
         torch.optim.SGD(trainable, lr=LR), model, "dpsgd:ring", engine=LocalCluster(1).engine(0)
     )
-    assert "0.weight" not in opt.fast_worker.layout.names
+    assert "0.weight" not in opt.fast_worker.model.layout.names
     for step in range(3):
         one_step(model, opt, 0, step)
     torch.testing.assert_close(model[0].weight.detach(), frozen)

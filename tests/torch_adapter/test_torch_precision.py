@@ -157,7 +157,7 @@ def test_an_edit_between_steps_is_seen_by_the_next_read() -> None:
     local_step(model, opt, 0, 0)
     with torch.no_grad():
         model[0].weight.fill_(0.5)
-    np.testing.assert_array_equal(opt.fast_worker.average_params()[: model[0].weight.numel()], 0.5)
+    np.testing.assert_array_equal(opt.fast_worker.group.average_params()[: model[0].weight.numel()], 0.5)
 
 
 def test_a_bfloat16_model_saves_and_resumes_a_checkpoint(tmp_path) -> None:

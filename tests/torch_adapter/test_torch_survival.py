@@ -43,7 +43,7 @@ def _train_through_a_loss(engine, cluster: LocalCluster, strategy: str):
             return None
         train(model, opt, launched_as, 1)
     fast.average_model(model)
-    return engine.size, [r.lost for r in worker.recoveries], opt.fast_worker.model.params().copy()
+    return engine.size, [r.lost for r in worker.group.recoveries], opt.fast_worker.model.params().copy()
 
 
 @pytest.mark.parametrize("strategy", ["allreduce", "dpsgd:ring", "async:ring"])

@@ -1,0 +1,124 @@
+"""The ranks training together, as one rank sees them: collectives over the whole group that survive a lost rank,
+the consensus model, and the losses survived (``fast_core.runtime.survival`` does the recovery itself).
+
+A script reaches it as ``worker.group``: ``average_params()`` and ``consensus_distance()`` for the consensus model,
+``collective(action)`` for its own communication with every rank (a fault-tolerant job then goes on without a lost
+rank), ``recoveries`` for what was survived.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+
+from fast_core.engine import collectives
+from fast_core.errors import PeerLost
+from fast_core.observers.events import Recovered
+from fast_core.runtime.survival import RecoveryState, check_can_survive, join, resync, survive
+from fast_core.strategies.base import GroupChange
+
+log = logging.getLogger("fast")
+T = TypeVar("T")
+
+
+class Group:
+    """This rank's view of the group, and the one path by which a lost rank is survived (``announce`` tells the
+    observers of each recovery)."""
+
+    def __init__(self, state: RecoveryState, announce: Callable[[Recovered], None]) -> None:
+        self.state = state
+        self.recoveries: list[Recovered] = []
+        """The losses of ranks this worker survived (a fault-tolerant engine), in order."""
+        self._announce = announce
+        self._change: GroupChange | None = None  # a loss survived, its consensus point still to come
+        self._detected = 0.0
+
+    # what scripts use ---------------------------------------------------------------------------------------------
+    def collective(self, action: Callable[[], T]) -> T:
+        """Run ``action``, communication every rank of the job takes part in (a hook's, or the script's own
+        averages); when the engine reports a lost rank and the job can go on (a fault-tolerant engine), survive it
+        and run ``action`` again over the group after. ``action`` must leave its inputs as they were when it fails
+        (the engines' collectives do)."""
+        for attempt in itertools.count():
+            try:
+                return action()
+            except PeerLost as error:
+                self._lost(error, attempt)
+                self.state.step = self._recover(self.state.step)
+        raise AssertionError("unreachable")
+
+    def average_params(self) -> np.ndarray:
+        """The mean of all ranks' parameters (one allreduce), as a new buffer: the model is left as it is, so it
+        also evaluates the consensus model mid-training. Collective: every rank must call it at the same point;
+        under an asynchronous strategy that makes the ranks wait for each other (the slowest sets the pace there)."""
+        state = self.state
+        return self.collective(lambda: collectives.average_params(state.model, state.engine))
+
+    def consensus_distance(self) -> float:
+        """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small; every rank must call it.
+        The records that follow carry it."""
+        state = self.state
+        value = self.collective(lambda: collectives.consensus_distance(state.model, state.engine))
+        state.context.metrics.consensus_distance = value
+        return value
+
+    # what the Worker uses -----------------------------------------------------------------------------------------
+    @property
+    def changing(self) -> bool:
+        """A loss was survived inside this step: the rest of it exchanges nothing until its consensus point."""
+        return self._change is not None
+
+    def in_step(self, hook: Callable[[], None]) -> None:
+        """A strategy's hook: a rank lost in it is survived, and the rest of the step exchanges nothing (it ends at
+        the consensus point, ``end_step``)."""
+        try:
+            hook()
+        except PeerLost as error:
+            self._lost(error, 0)
+
+    def end_step(self, next_step: int) -> int:
+        """The step to run next: ``next_step``, or after a loss in this step the group's consensus point's."""
+        return next_step if self._change is None else self._recover(next_step)
+
+    def join(self) -> None:
+        """Start as a replacement of lost ranks (a process ``FaultTolerant.grow`` started): join the running group,
+        taking its parameters, step, optimizer state and budget share."""
+        join(self.state)
+
+    # ---------------------------------------------------------------------------------------------------------------
+    def _lost(self, error: PeerLost, attempt: int) -> None:
+        check_can_survive(self.state, error, attempt)
+        if self._change is None:
+            self._detected = time.time()
+        change = survive(self.state, error)
+        self._change = change if self._change is None else self._change.then(change)
+
+    def _recover(self, next_step: int) -> int:
+        """The consensus point after a loss (collective): the step to run next; losses meanwhile are survived."""
+        for attempt in itertools.count(1):
+            try:
+                step = resync(self.state, self._change, member=True, next_step=next_step)
+                break
+            except PeerLost as error:
+                self._lost(error, attempt)
+        size = self.state.engine.size
+        recovery = Recovered(step, self._change.lost, self._change.replaced, size, self._detected, time.time())
+        self._change = None
+        self.recoveries.append(recovery)
+        self._announce(recovery)
+        if self.state.engine.rank == 0:
+            replaced = f"replaced {list(recovery.replaced)}, " if recovery.replaced else ""
+            log.warning(
+                "lost rank(s) %s; %s%d rank(s) go on from step %d (recovered in %.2f s)",
+                list(recovery.lost),
+                replaced,
+                size,
+                step,
+                recovery.recovered_at - recovery.detected_at,
+            )
+        return step
