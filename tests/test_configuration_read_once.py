@@ -19,12 +19,9 @@ RANK_READ = ("fast_core/config/current.py", "run_config")
 """The one read of a rank process: ``fast_core.init()`` makes the engine from it, the Worker and the examples ask it."""
 CLI_READ = ("fast_core/cli/common.py", "outer_config")
 """The one read of the ``fast`` command: its launches start from the configuration it was started with."""
-AWAITING_OWNERS = {
-    ("fast_core/config/run.py", "environment"),
-}
-"""Reads in files other branches of issue 30 rewrite: each becomes ``fast_core.run_config()`` or a value handed down
-there, and leaves this set (``environment()`` goes with the last). The observers' own readers are gone: the runtime's
-builder gives them the rank's configuration."""
+AWAITING_OWNERS: set[tuple[str, str]] = set()
+"""Reads still to be replaced by ``fast_core.run_config()`` or a value handed down: none (the last one,
+``fast_core.config.run.environment()``, is gone)."""
 
 
 def _reader_names(tree: ast.Module) -> set[str]:

@@ -215,12 +215,6 @@ def guard_command(env: Mapping[str, str] | None = None) -> list[str] | None:
     return command
 
 
-def environment() -> RunConfig:
-    """The environment's configuration, read again at each call. Superseded by ``fast_core.config.current.
-    run_config()`` (read once per process); kept only until ``fast_core.strategies.spec`` moves to it (issue 30)."""
-    return RunConfig.from_environment()
-
-
 def _straggler_factor(text: str) -> float | None:
     if not text:
         return None
