@@ -130,11 +130,12 @@ def child(args: argparse.Namespace) -> None:
         optimizer.step()
         return time.perf_counter() - began
 
-    plain = make_optimizer(model.parameters())
+    optimizer = make_optimizer(model.parameters())
     for _ in range(2):
-        step(plain, model)
+        step(optimizer, model)
     after_plain, plain_peak = rss(), peak()
-    hooked = fast.DistributedOptimizer(make_optimizer(model.parameters()), model, strategy=args.strategy)
+    # the same optimizer, hooked: its state stays, so what grows from here is the strategy's (and the flat buffers')
+    hooked = fast.DistributedOptimizer(optimizer, model, strategy=args.strategy)
     worker = hooked.fast_worker
     worker.start()
     for _ in range(2):
@@ -147,8 +148,7 @@ def child(args: argparse.Namespace) -> None:
         strategy_peak - plain_peak,
         after_strategy - after_plain,
     ]
-    del plain  # its state goes; a fresh plain optimizer of the same kind times the plain step below
-    plain = make_optimizer(model.parameters())
+    plain = make_optimizer(model.parameters())  # times the plain step below: the same kind, no FAST hooks
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getppid() % 1000))
     dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
