@@ -85,8 +85,8 @@ def report(args: argparse.Namespace, rounds: list[list[dict]]) -> str:
     rows = [median_row([each[i] for each in rounds]) for i in range(len(rounds[0]))]
     base = next(r for r in rows if r["strategy"] == "allreduce")
     lines = [
-        f"`{' '.join(['sudo python benchmarks/diloco_lm.py', *sys.argv[1:]])}`: 8 hosts, links of {args.rate}, LM "
-        f"size {args.size}, {args.steps} steps per worker, medians of {len(rounds)} round(s).\n",
+        f"`{' '.join(['sudo python benchmarks/diloco_lm.py', *sys.argv[1:]])}`: {args.hosts} hosts, links of "
+        f"{args.rate}, LM size {args.size}, {args.steps} steps per worker, medians of {len(rounds)} round(s).\n",
         "| strategy | final val. loss (consensus) | vs all-reduce | link bytes (all hosts) "
         "| fewer bytes than all-reduce "
         "| job wall-clock s | vs all-reduce |",
@@ -155,8 +155,9 @@ def main() -> None:
     finally:
         nc.down()
     text = report(args, rounds)
-    plot(rounds[0], args.out / "loss_vs_time.png", f"LM {args.size}, 8 hosts at {args.rate}, {args.steps} steps")
-    (args.out / "results.md").write_text(f"# DiLoCo in miniature: 8 hosts at {args.rate}\n\n{text}")
+    title = f"LM {args.size}, {args.hosts} hosts at {args.rate}, {args.steps} steps"
+    plot(rounds[0], args.out / "loss_vs_time.png", title)
+    (args.out / "results.md").write_text(f"# DiLoCo in miniature: {args.hosts} hosts at {args.rate}\n\n{text}")
     print(text)
 
 
