@@ -55,4 +55,7 @@ FRAMEWORKS: dict[str, Framework] = {
     "torch": Framework("torch", "fast_examples.torch_mnist1d", ("torch", "sklearn"), "torch,examples", TASKS, True),
     "tf": Framework("tf", "fast_examples.keras_digits", ("keras", "sklearn"), "tf,examples", TASKS),
     "jax": Framework("jax", "fast_examples.jax_digits", ("jax", "sklearn"), "jax,examples", TASKS),
+    # the byte-level GPT on the standard library's source: "test accuracy" is the consensus model's next-byte
+    # accuracy on held-out files (its records carry the validation loss); pass --size after --
+    "lm": Framework("lm", "fast_examples.torch_lm", ("torch",), "torch", ddp=True),
 }
