@@ -21,12 +21,10 @@ import numpy as np
 import optax
 
 import fast_jax as fast
-from fast_core import Budget, Strategy, make_strategy
-from fast_core.config.run import environment
-from fast_core.observers.reporting import epoch_summary
+from fast_core import Budget, Strategy, make_strategy, run_config
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
-from fast_core.observers.snapshots import Snapshots, record_consensus_curve
-from fast_core.runtime.budget import spent_text
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
+from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_examples import lm_run
 from fast_examples.flax_gpt import GPT, init_params, lm_loss
 from fast_examples.lm_data import Size, shard_tokens, validation_windows
@@ -92,7 +90,7 @@ def train(
     held_out = validation_windows(text, seq, val_windows, seed)
     rng = np.random.default_rng([seed, engine.rank])
     global_epoch = steps_per_epoch * batch_size * engine.size
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     optimizer, train_step, grad_step, scores = make_steps(run.size, lr)
     strategy = make_strategy(strategy)
@@ -103,8 +101,8 @@ def train(
     params = init_params(run.size, seed)
     params, opt_state = step.start(params, optimizer.init(params))  # collective: rank 0's start everywhere
     worker = step.worker
-    snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
-    restarts = worker.collective_passes(global_epoch, batch_size)
+    snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
+    restarts = worker.claims.collective_passes(global_epoch, batch_size)
     if verbose and engine.rank == 0:
         print(run.header(engine.size, strategy, epochs, "float32", budget is None))
     for epoch in itertools.count():
@@ -117,12 +115,12 @@ def train(
             x, y = (a[:n] for a in sample_windows(own, seq, batch_size, rng))
             params, opt_state, loss = step(params, opt_state, (x, y))
             losses.append(loss)
-            if worker.reporting:  # under `fast run`: float() waits for the step, so only then
-                worker.record(loss=float(loss), samples=n)
+            if worker.records.wanted:  # under `fast run`: float() waits for the step, so only then
+                worker.records.step(loss=float(loss), samples=n)
         if losses:
             mean_loss, spread = epoch_summary(worker, float(jnp.mean(jnp.stack(losses))))
             val_loss, val_accuracy = evaluate(scores, params, held_out, batch_size)
-            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy, val_loss=val_loss)
+            worker.records.epoch(loss=mean_loss, val_accuracy=val_accuracy, val_loss=val_loss)
             if restarts is None or epoch < restarts:
                 params, opt_state = step.end_epoch(params, opt_state, val_accuracy)
             if verbose and engine.rank == 0:
@@ -133,7 +131,7 @@ def train(
     metrics = worker.metrics.as_dict()
     val_loss, val_accuracy = evaluate(scores, params, held_out, batch_size)
     result = lm_run.result_of(val_loss, val_accuracy)
-    worker.record_result(test_accuracy=val_accuracy, val_loss=val_loss, perplexity=result["perplexity"])
+    worker.records.result(test_accuracy=val_accuracy, val_loss=val_loss, perplexity=result["perplexity"])
     if snapshots is not None:
 
         def score(index: int) -> float:

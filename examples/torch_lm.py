@@ -35,12 +35,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import fast_torch as fast
-from fast_core import Budget, Strategy
-from fast_core.config.run import environment
-from fast_core.observers.reporting import epoch_summary
+from fast_core import Budget, Strategy, run_config
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
-from fast_core.observers.snapshots import Snapshots, record_consensus_curve
-from fast_core.runtime.budget import spent_text
+from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
+from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_examples import lm_run
 from fast_examples.lm_data import shard_tokens, validation_windows
 from fast_examples.lm_data import windows as sample_windows
@@ -91,7 +89,7 @@ def train(
     held_out = validation_windows(text, seq, val_windows, seed)
     rng = np.random.default_rng([seed, engine.rank])
     global_epoch = steps_per_epoch * batch_size * engine.size  # sequences of one epoch of every rank
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
     model = build_model(run.size, seed).to(device)
     if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT from the environment (fast run sets them)
@@ -100,10 +98,10 @@ def train(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     opt = fast.DistributedOptimizer(optimizer, model, strategy=strategy, budget=budget)
     worker = opt.fast_worker
-    snapshots = Snapshots.attach(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
+    snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
     worker.start()
     step_model = DistributedDataParallel(model) if ddp else model
-    restarts = worker.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
+    restarts = worker.claims.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     device_type = torch.device(device).type
     autocast = (lambda: torch.autocast(device_type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     if verbose and engine.rank == 0:
@@ -123,11 +121,11 @@ def train(
             loss.backward()
             opt.step()
             losses.append(loss.item())
-            worker.record(loss=losses[-1], samples=n)
+            worker.records.step(loss=losses[-1], samples=n)
         if losses:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
             mean_loss, spread = epoch_summary(worker, float(np.mean(losses)))  # collective only if lockstep
             val_loss, val_accuracy = evaluate(model, held_out, batch_size)
-            worker.record_epoch(loss=mean_loss, val_accuracy=val_accuracy, val_loss=val_loss)
+            worker.records.epoch(loss=mean_loss, val_accuracy=val_accuracy, val_loss=val_loss)
             if restarts is None or epoch < restarts:
                 worker.end_epoch(val_accuracy)  # FAST: every rank restarts from the best replica
             if verbose and engine.rank == 0:
@@ -137,7 +135,7 @@ def train(
     fast.average_model(model)  # closes the worker first (its last messages land), then the consensus model
     val_loss, val_accuracy = evaluate(model, held_out, batch_size)
     result = lm_run.result_of(val_loss, val_accuracy)
-    worker.record_result(test_accuracy=val_accuracy, val_loss=val_loss, perplexity=result["perplexity"])
+    worker.records.result(test_accuracy=val_accuracy, val_loss=val_loss, perplexity=result["perplexity"])
     if snapshots is not None:  # the consensus model over time: its loss, then its accuracy (for fast bench)
         record_consensus_curve(worker, snapshots, lambda: evaluate(model, held_out, batch_size)[0], "val_loss", True)
         record_consensus_curve(worker, snapshots, lambda: evaluate(model, held_out, batch_size)[1])

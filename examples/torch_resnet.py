@@ -24,8 +24,7 @@ import numpy as np
 import torch
 
 import fast_torch as fast
-from fast_core import Budget, Strategy
-from fast_core.config.run import environment
+from fast_core import Budget, Strategy, run_config
 from fast_core.strategies.spec import strategy_from_environment
 from fast_examples.resnet_model import LAYOUTS, build_resnet, synthetic_batch
 
@@ -59,7 +58,7 @@ def train(
     """Train ``steps`` steps per rank (collective); returns the step time, memory and loss figures of rank 0."""
     engine = fast.init()
     model = build_resnet(arch, classes, seed)
-    config = environment()
+    config = run_config()
     budget = None if Budget.from_config(config) is not None else Budget(samples=steps * batch_size * engine.size)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     opt = fast.DistributedOptimizer(optimizer, model, strategy=strategy, budget=budget)
@@ -77,7 +76,7 @@ def train(
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - began)
-        worker.record(loss=loss.item(), samples=n)
+        worker.records.step(loss=loss.item(), samples=n)
     fast.average_model(model)
     probe = synthetic_batch(batch_size, image_size, classes, torch.Generator().manual_seed(seed + 99))
     model.eval()
@@ -86,7 +85,7 @@ def train(
     steps_each = gathered(engine, statistics.median(times[warmup:] or times))
     slowest, peaks = max(steps_each), gathered(engine, peak_rss_bytes())
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    worker.record_result(step_seconds=slowest, consensus_loss=consensus_loss)
+    worker.records.result(step_seconds=slowest, consensus_loss=consensus_loss)
     if verbose and engine.rank == 0:
         print(
             f"{arch}, {image_size}x{image_size}, batch {batch_size}, {engine.size} ranks, strategy {worker.strategy}"
