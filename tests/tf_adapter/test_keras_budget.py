@@ -17,6 +17,7 @@ from keras_cases import BATCH, LR, Recorder, make_model, rank_data
 
 import fast_tf as fast
 from fast_core import Budget, ConfigError, Engine, LocalCluster
+from fast_core.config.current import forget_run_config
 
 SIZE = 4
 EPOCHS = 1000  # more than any rank needs: the budget ends every fit
@@ -151,6 +152,7 @@ def test_bad_budgets_are_one_line_config_errors(monkeypatch) -> None:
         model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[callback])
     one_line(error)
     monkeypatch.setenv("FAST_BUDGET_SAMPLES", "lots")  # the run configuration's budget, read by the Worker
+    forget_run_config()  # as a new process: this one read its configuration at the first fit above
     with pytest.raises(ConfigError, match="FAST_BUDGET_SAMPLES") as error:
         model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[fast.Callback("async:ring", engine=one_rank())])
     one_line(error)
