@@ -13,6 +13,7 @@ from jax_references import allreduce_momentum_reference, dpsgd_reference
 
 import fast_jax as fast
 from fast_core import LocalCluster, ModelMismatchError
+from fast_core.config.current import forget_run_config
 from fast_core.topology import make_topology
 
 FEATURES, HIDDEN, CLASSES, LR, MOMENTUM, STEPS = 6, 5, 3, 0.1, 0.9, 8
@@ -320,6 +321,7 @@ def test_gradient_strategies_in_the_plain_form_say_which_form_to_use(monkeypatch
     with pytest.raises(ValueError, match=r"no strategy given.*all-reduce"):
         fast.distributed(train_step)
     monkeypatch.setenv("FAST_STRATEGY", "dpsgd:ring")
+    forget_run_config()  # as a new process: this one read its configuration above
     assert fast.distributed(train_step).strategy.name == "dpsgd"
 
 
