@@ -5,9 +5,9 @@ What an example must do to be benched (fast_examples.numpy_digits and .torch_mni
 - run as ``python -m mpi4py -m <module>`` and, given no ``--strategy``, take FAST_STRATEGY (``Worker(strategy=None)``,
   or ``strategy_from_environment()``), so the same command runs every strategy;
 - accept ``--epochs E`` (and ``--data NAME`` for the names listed in ``data``);
-- call ``worker.record(loss=..., samples=...)`` once per step, ``worker.record_epoch(val_accuracy=..., loss=...)``
-  at each epoch end (after ``worker.consensus_distance()``, so the record carries it), and
-  ``worker.record_result(test_accuracy=...)`` at the end;
+- call ``worker.records.step(loss=..., samples=...)`` once per step, ``worker.records.epoch(val_accuracy=...,
+  loss=...)`` at each epoch end (after ``worker.group.consensus_distance()``, so the record carries it), and
+  ``worker.records.result(test_accuracy=...)`` at the end;
 - for ``--compare-ddp`` (``ddp=True``): accept ``--ddp`` and train with the framework's own data-parallel baseline;
 - for the time-to-target column, on rank 0: records of kind "consensus" with ``time`` (seconds since the common
   start) and ``val_accuracy`` of the averaged model (without them the table falls back to rank 0's own epoch

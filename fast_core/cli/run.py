@@ -287,7 +287,7 @@ def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
     if row.job_samples_per_second is not None and not row.job_samples and row.job_seconds is not None:
         lines.append(
             f"job: {row.job_seconds:.2f} s wall-clock from the first rank's start to the last rank's stop (the "
-            "script recorded no samples: worker.claim_batch(n) or worker.record(samples=n) would count them)"
+            "script recorded no samples: worker.claim_batch(n) or worker.records.step(samples=n) would count them)"
         )
     elif row.job_samples_per_second is not None:
         lines.append(
