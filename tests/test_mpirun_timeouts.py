@@ -4,7 +4,6 @@ and the launch's own timeout (and the job's output) is silently lost, as the tf 
 from __future__ import annotations
 
 import pytest
-from _pytest.outcomes import Failed
 from mpirun import MARGIN, check_fits_test_timeout, pytest_timeout_of
 
 
@@ -14,7 +13,7 @@ def test_the_default_limit_is_read_from_the_ini(request: pytest.FixtureRequest) 
 
 
 def test_a_launch_longer_than_the_test_limit_fails_naming_the_mark() -> None:
-    with pytest.raises(Failed, match=r"pytest.mark.timeout\(495\)"):
+    with pytest.raises(pytest.fail.Exception, match=r"pytest.mark.timeout\(495\)"):
         check_fits_test_timeout(480)
 
 
