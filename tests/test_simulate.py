@@ -129,8 +129,9 @@ def test_a_simulation_is_the_same_for_a_seed_and_asynchronous_jobs_outrun_a_stra
 def test_the_simulator_follows_a_real_in_process_run() -> None:
     """Compute slept for real on LocalCluster threads against the same job simulated: the same final model for a
     lockstep strategy, and the job's time no shorter and not 60% longer (the real one adds Python's own time per
-    step, more on a loaded machine)."""
-    setup = Simulation(strategy="allreduce", workers=3, steps=25, links=LinkModel(5e9, 5e-6))
+    step: up to 8 ms on a loaded machine, so a step computes 40 ms, 4x the default, to keep that a small part)."""
+    compute = ComputeTimes(step_seconds=0.04)
+    setup = Simulation(strategy="allreduce", workers=3, steps=25, links=LinkModel(5e9, 5e-6), compute=compute)
     virtual, real = simulate(setup), run_threads(setup)
     assert virtual.final_accuracy == real.final_accuracy
     assert virtual.bytes_per_worker_step == real.bytes_per_worker_step

@@ -140,6 +140,31 @@ def test_claims_reserved_a_batch_ahead_survive_a_lost_rank_too(strategy: str, vi
     assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy
 
 
+def _switch_as_a_rank_is_lost(engine, cluster: LocalCluster) -> dict | None:
+    """Rank 1 is lost after the all-reduce warm-up's 2 steps, while rank 0 sets up the asynchronous phase, whose
+    mailbox is collective to create (rank 0 waits in it): the setup is cut short by PeerLost with nothing built."""
+    model = SoftmaxRegression(X.shape[1], 3, seed=engine.rank)
+    worker = Worker(model, "async:ring,warmup=2", engine)
+    worker.start()
+    for step in range(6):
+        if step == 2 and engine.rank == 1:
+            time.sleep(0.5)  # rank 0 is in the mailbox's creation by then
+            cluster.lose(1)
+            return None
+        model.compute_gradients(X[:BATCH], Y[:BATCH])
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    return {"size": engine.size, "lost": [r.lost for r in worker.group.recoveries], "step": worker.step}
+
+
+def test_a_phase_whose_setup_a_lost_rank_cut_short_is_set_up_over_the_survivors() -> None:
+    cluster = LocalCluster(2, timeout=20, fault_tolerant=True)
+    results = cluster.run(_switch_as_a_rank_is_lost, cluster)
+    assert results[1] is None and results[0] == {"size": 1, "lost": [(1,)], "step": 6}
+
+
 def test_the_survivors_records_hold_the_membership_change(tmp_path: Path) -> None:
     """The group's recovery reaches the observers as an event record: the Reporter writes a "membership" record."""
     cluster = LocalCluster(3, timeout=20, fault_tolerant=True)

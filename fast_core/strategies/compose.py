@@ -162,8 +162,9 @@ class Schedule(Strategy):
 
     def setup(self, ctx: StepContext) -> None:
         self._origin = ctx.step
-        self._index = 0
+        self._index, self._set_up = 0, False
         self.active.setup(ctx)
+        self._set_up = True
 
     @property
     def lockstep(self) -> bool:
@@ -205,8 +206,9 @@ class Schedule(Strategy):
         index = self._phase_at(ctx.step - self._origin)
         if index != self._index:
             self.active.close(ctx)
-            self._index = index
-            self.active.setup(ctx)
+            self._index, self._set_up = index, False
+            self.active.setup(ctx)  # collective: a rank lost meanwhile raises PeerLost here, half set up
+            self._set_up = True
 
     def before_step(self, ctx: StepContext) -> None:
         self._advance(ctx)
@@ -224,10 +226,15 @@ class Schedule(Strategy):
 
     def reset(self, ctx: StepContext) -> None:
         self._advance(ctx)  # the phase of the checkpoint's step
-        self.active.reset(ctx)
+        if self._set_up:
+            self.active.reset(ctx)
+        else:  # its setup was cut short by a lost rank: nothing of it to close, set it up over the new group
+            self.active.setup(ctx)
+            self._set_up = True
 
     def abandon(self, ctx: StepContext) -> None:
-        self.active.abandon(ctx)
+        if self._set_up:  # a phase whose setup a lost rank cut short has no threads to stop
+            self.active.abandon(ctx)
 
     def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
         if not hasattr(self, "_index"):  # a replacement joining: the group's schedule started at its first step
@@ -236,7 +243,8 @@ class Schedule(Strategy):
         for index, (_, strategy) in enumerate(self.phases):
             if index != self._index:  # later phases start on the healed topology too
                 strategy.heal_topology(change)
-        self.active.rejoin(ctx, change)
+        self.active.rejoin(ctx, change)  # set up again over the new group, whether its setup had finished or not
+        self._set_up = True
 
     def heal_topology(self, change: GroupChange) -> None:
         for _, strategy in self.phases:
