@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -75,6 +76,40 @@ def test_mailbox_wait_names_the_peer_it_waited_for() -> None:
         mailbox.close()
 
     LocalCluster(2, timeout=10).run(body)
+
+
+@pytest.mark.parametrize("releases", [True, False])
+def test_a_mailbox_whose_trainer_releases_holds_one_buffer_less_and_still_gets_the_newest(releases: bool) -> None:
+    """Rank 0 posts 40 messages faster than rank 1 reads; rank 1 takes (and with ``releases``, gives back) the newest
+    each time: it sees them in order, ends on the last, and holds depth + 1 receive buffers instead of depth + 2."""
+
+    def body(engine: LocalEngine) -> int:
+        peer = 1 - engine.rank
+        mailbox = Mailbox(engine, [peer], [peer], 3, np.float64, releases=releases, name="lean")
+        if engine.rank == 0:
+            for step in range(40):
+                mailbox.post(np.full(3, float(step)), step)
+                np.testing.assert_array_equal(mailbox.last_posted(), np.full(3, float(step)))
+                time.sleep(5e-4)
+        else:
+            seen: list[int] = []
+            deadline = time.monotonic() + 10
+            while (not seen or seen[-1] < 39) and time.monotonic() < deadline:
+                message = mailbox.take(0)
+                if message is not None and message.fresh:
+                    assert message.payload[0] == message.step  # the values belong to the header read with them
+                    seen.append(message.step)
+                if releases:
+                    mailbox.release(0)
+                time.sleep(2e-3)
+            assert seen[-1] == 39 and seen == sorted(seen), seen
+        buffers = mailbox.buffers
+        engine.barrier()
+        mailbox.close()
+        return buffers
+
+    held = LocalCluster(2, timeout=10).run(body)[1]
+    assert held == 4 if releases else held <= 5  # staged + outgoing, landing + ready (+ the trainer's current)
 
 
 def test_init_is_the_process_wide_engine_and_default_engine_a_new_one(monkeypatch, capsys) -> None:

@@ -79,10 +79,14 @@ class AsyncAveraging(Strategy):
             ctx.layout.size,
             ctx.layout.dtype,
             codec=self._codec,
+            releases=not self.remix_stale,  # a message is mixed once, then its buffer goes back: one copy less
             name="async-averaging",
         )
         self._mailbox.post(ctx.model.params(), ctx.step)
-        self._sent = np.array(ctx.model.params(), copy=True) if self.keep_progress else None
+        # x_i^sent: without a codec the mailbox's newest message is exactly that (no copy kept here); a codec's bytes
+        # are not the values, so then this worker keeps its own exact ones
+        own_copy = self.keep_progress and self._codec is not None
+        self._sent = np.array(ctx.model.params(), copy=True) if own_copy else None
 
     def reset(self, ctx: StepContext) -> None:
         """Collective: close the mailbox (every message in flight lands, unread ones are dropped, among them the
@@ -105,16 +109,20 @@ class AsyncAveraging(Strategy):
             if not refused(ctx, peer, message.payload):  # NaN/Inf: not heard, its weight stays with this worker
                 heard.append((weight, message.payload))
                 ctx.metrics.record_staleness(max(0, step - message.step))
-        if heard and self._sent is not None:  # x_i += sum_j w_ij (x_j - x_i^sent): own progress kept whole
+        if heard and self.keep_progress:  # x_i += sum_j w_ij (x_j - x_i^sent): own progress kept whole
+            sent = self._sent if self._sent is not None else mailbox.last_posted()
             for weight, payload in heard:
                 axpy(weight, payload, params)
-                axpy(-weight, self._sent, params)
+                axpy(-weight, sent, params)
             ctx.model.set_params(params)
         elif heard:
             params *= self._self_weight + sum(self._in_weights.values()) - sum(w for w, _ in heard)
             for weight, payload in heard:
                 axpy(weight, payload, params)
             ctx.model.set_params(params)
+        if not self.remix_stale:
+            for peer in self._in_weights:
+                mailbox.release(peer)
         mailbox.post(params, step + 1)
         if self._sent is not None:
             np.copyto(self._sent, params)

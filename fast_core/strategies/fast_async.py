@@ -44,6 +44,7 @@ class AsyncFAST(FAST):
             feedback=True,
             gate=True,
             depth=_QUEUE_DEPTH,
+            releases=True,  # each gradient is applied once, then its buffer goes back
             name="fast-gradients",
         )
 
@@ -58,6 +59,7 @@ class AsyncFAST(FAST):
                 if not refused(ctx, peer, message.payload, "gradients"):  # a NaN/Inf gradient is not applied
                     ctx.model.apply_gradient(message.payload)
                     ctx.metrics.record_staleness(max(0, ctx.step - message.step))
+            self._mailbox.release(peer)
 
     def close(self, ctx: StepContext) -> None:
         self._mailbox.close()

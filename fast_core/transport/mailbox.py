@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fast_core.compression.codecs import Codec
-from fast_core.compression.wire import encoding_for, message_seed
+from fast_core.compression.wire import PlainEncoding, encoding_for, message_seed
 from fast_core.engine import Engine, Request
 from fast_core.engine.capabilities import count_wait
 from fast_core.errors import PeerTimeout
@@ -44,28 +44,38 @@ class Message:
 
 class _Inbox:
     """Buffers of one neighbour: MPI writes ``landing``; the thread queues completed ones in ``ready`` (at most
-    ``depth``, oldest dropped); the trainer holds ``current`` until its next take. Buffers move by reference
-    and are recycled through ``pool``, so the steady state allocates nothing and copies nothing twice."""
+    ``depth``, oldest dropped); the trainer holds ``current`` until its next take, or until it releases them.
+    Buffers move by reference and are recycled through ``pool``, so the steady state allocates nothing and copies
+    nothing twice. ``limit``: the most buffers ever allocated (None: as many as needed, depth + 2 at most); when
+    all are in use the thread waits for the trainer's release before it receives again."""
 
-    def __init__(self, payload_bytes: int, depth: int) -> None:
+    def __init__(self, payload_bytes: int, depth: int, limit: int | None) -> None:
         self.payload_bytes = payload_bytes
         self.depth = depth
+        self.limit = limit
+        self.allocated = 0
         self.pool: list[np.ndarray] = []
-        self.landing = self.fresh_buffer()
+        self.landing: np.ndarray | None = self.fresh_buffer()
         self.ready: deque[np.ndarray] = deque()
         self.current: list[np.ndarray] = []
+        self.taken = framing.NO_MESSAGE  # (step, sequence) of the newest message the trainer took
         self.request: Request | None = None
         self.finished_flag = np.zeros(1, dtype=np.int64)
         self.finished_request: Request | None = None
         self.finished = False  # the neighbour closed its mailbox: it will send nothing more
 
-    def fresh_buffer(self) -> np.ndarray:
-        return self.pool.pop() if self.pool else framing.allocate(self.payload_bytes)
+    def fresh_buffer(self) -> np.ndarray | None:
+        """A buffer to receive into: a recycled one, a new one, or None when ``limit`` are all in use."""
+        if self.pool:
+            return self.pool.pop()
+        if self.limit is not None and self.allocated >= self.limit:
+            return None
+        self.allocated += 1
+        return framing.allocate(self.payload_bytes)
 
-    def newest(self) -> np.ndarray | None:
-        if self.ready:
-            return self.ready[-1]
-        return self.current[-1] if self.current else None
+    def newest(self) -> tuple[int, int]:
+        """(step, sequence) of the newest message arrived, taken or not."""
+        return framing.header(self.ready[-1]) if self.ready else self.taken
 
 
 class Mailbox(CommThread):
@@ -77,7 +87,9 @@ class Mailbox(CommThread):
     ``depth`` is how many unread messages per neighbour are kept (1: only the newest matters, as for
     parameters; more: every message should be used once, as for FAST's gradients, read with ``take_all``).
     ``codec`` (None: the values as they are) is what the messages travel as, through an error-feedback residual
-    with ``feedback=True`` (``fast_core.compression.wire``).
+    with ``feedback=True`` (``fast_core.compression.wire``). ``releases=True``: the trainer gives each take's
+    buffers back as soon as it has used them (``release``), so a neighbour needs ``depth + 1`` model-sized buffers
+    instead of ``depth + 2``; the thread receives nothing from that neighbour while the trainer holds them.
     """
 
     idle_pause = 5e-3  # a message noticed up to 5 ms late is only fresher at the next step: nobody waits on it
@@ -94,6 +106,7 @@ class Mailbox(CommThread):
         feedback: bool = False,
         gate: bool = False,
         depth: int = 1,
+        releases: bool = False,
         name: str = "mailbox",
     ) -> None:
         super().__init__(engine, name)
@@ -110,7 +123,8 @@ class Mailbox(CommThread):
         self._sent_sequence = 0
         self._sends: list[Request] = []
         self._sends_started = 0.0
-        self._inboxes = {peer: _Inbox(self._payload_bytes, depth) for peer in self.sources}
+        limit = depth + 1 if releases else None
+        self._inboxes = {peer: _Inbox(self._payload_bytes, depth, limit) for peer in self.sources}
         self._heard_since_send = set(self.sources)  # the first send is never gated
         self._finish_flag = np.ones(1, dtype=np.int64)
         self._finish_sends: list[Request] | None = None
@@ -129,6 +143,32 @@ class Mailbox(CommThread):
         with self._cond:
             self._staged_sequence += 1
             framing.write(self._staged, encoded, step, self._staged_sequence)
+        self._nudge()
+
+    def last_posted(self) -> np.ndarray | None:
+        """The values of the newest ``post``, valid until the next one (the staged or outgoing message, which only
+        ``post`` writes): a strategy that needs what it last sent keeps no copy of its own. None with a codec,
+        whose bytes are not the values."""
+        if not isinstance(self.encoding, PlainEncoding) or self._staged_sequence == 0:
+            return None
+        with self._cond:
+            newest = self._staged if self._staged_sequence != self._sent_sequence else self._outgoing
+        return framing.payload(newest, self.encoding.payload_dtype)
+
+    @property
+    def buffers(self) -> int:
+        """Message-sized buffers this mailbox holds: the staged and the outgoing message, and each neighbour's."""
+        with self._cond:
+            return 2 + sum(inbox.allocated for inbox in self._inboxes.values())
+
+    def release(self, peer: int) -> None:
+        """The trainer is done with what it took from ``peer``: its buffers go back to the thread (a message taken
+        earlier must not be read after this)."""
+        inbox = self._inboxes[peer]
+        with self._cond:
+            inbox.pool.extend(inbox.current)
+            inbox.current = []
+            self._decoded.pop(peer, None)
         self._nudge()
 
     def take(self, peer: int) -> Message | None:
@@ -165,6 +205,7 @@ class Mailbox(CommThread):
             else:
                 inbox.current = list(inbox.ready)
             inbox.ready.clear()
+            inbox.taken = framing.header(inbox.current[-1])
         return inbox.current
 
     def _read(self, peer: int, slot: np.ndarray, fresh: bool, decode: bool = True) -> Message:
@@ -188,7 +229,7 @@ class Mailbox(CommThread):
         deadline = start + self.engine.timeout
 
         def satisfied() -> bool:
-            step, sequence = framing.header(inbox.newest())
+            step, sequence = inbox.newest()
             return inbox.finished or (sequence > 0 and step >= min_step)
 
         with self._cond:
@@ -200,7 +241,7 @@ class Mailbox(CommThread):
                     self.engine.check_alive()
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        step, sequence = framing.header(inbox.newest())
+                        step, sequence = inbox.newest()
                         raise PeerTimeout(
                             f"rank {self.rank} waited {self.engine.timeout:g} s for rank {peer} ({self.name}: wanted "
                             f"step >= {min_step}, newest has step {step}, message #{sequence}); the neighbour may "
@@ -225,7 +266,8 @@ class Mailbox(CommThread):
 
     def _shutdown(self) -> None:
         for inbox in self._inboxes.values():
-            inbox.request.cancel()
+            if inbox.landing is not None:  # else its last request completed and none is posted
+                inbox.request.cancel()
             inbox.finished_request.cancel()
 
     def _receive(self) -> bool:
@@ -237,6 +279,13 @@ class Mailbox(CommThread):
                     self._heard_since_send.add(peer)
                     self._cond.notify_all()
                 progressed = True
+            if inbox.landing is None:  # every buffer was in use: receive again once the trainer released one
+                with self._cond:
+                    inbox.landing = inbox.fresh_buffer()
+                if inbox.landing is not None:
+                    inbox.request = self.engine.irecv(inbox.landing, peer, MailboxTag.PAYLOAD)
+                    progressed = True
+                continue
             if not inbox.request.test():
                 continue
             with self._cond:
@@ -246,7 +295,8 @@ class Mailbox(CommThread):
                 inbox.landing = inbox.fresh_buffer()
                 self._heard_since_send.add(peer)
                 self._cond.notify_all()
-            inbox.request = self.engine.irecv(inbox.landing, peer, MailboxTag.PAYLOAD)
+            if inbox.landing is not None:
+                inbox.request = self.engine.irecv(inbox.landing, peer, MailboxTag.PAYLOAD)
             progressed = True
         return progressed
 
