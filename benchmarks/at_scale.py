@@ -20,8 +20,9 @@ mode of this file), so each has its own peak memory; in it, every rank:
    module, that plain optimizer) and the strategy; every rank times each step, the medians of the slowest rank are
    reported. The strategy's extra time per step (its step's median minus the plain step's) is set against the time
    of ``np.copyto`` of the model's bytes (memcpy, median of 5, same process): "extra in memcpys" is how many
-   model-sized copies the strategy's additions (staging, integrity checks, mixing, serialisation, waiting on the
-   peer) cost together; they are not split apart here.
+   model-sized copies the strategy's additions cost together. A third table splits them: the adapter's staging
+   (tensors to and from the flat buffers), waiting on peers (the engine's wait counter) and the rest of the
+   Worker's hooks (integrity checks, mixing, serialisation), each timed around those calls (``PieceClock``).
 
 The parent prints and writes (``--out``, between markers) the tables. 2 ranks share the machine's cores, so a step
 here includes the other rank's contention, as DDP's and the plain step's do.
@@ -46,18 +47,20 @@ HERE = Path(__file__).resolve()
 RESULT = "RESULT "
 STRATEGIES = "allreduce,localsgd,dpsgd,async,sgp,gossip,adpsgd,easgd,fast,ps,diloco,choco"
 HOLDS = {
-    "allreduce": "the averaged gradient is reduced in place in the flat gradient buffer",
-    "localsgd": "averages parameters in place every 4 steps",
-    "dpsgd": "a receive buffer per neighbour for the parameters it mixes",
-    "async": "mailboxes for the neighbours' latest parameters (received while training)",
-    "sgp": "the push-sum weight's messages: a buffer per out- and in-neighbour",
-    "gossip": "the pulled peer's parameters",
-    "adpsgd": "the peer's parameters for the pairwise average, exchanged in the background",
+    "allreduce": "nothing: the gradient is averaged in place in the flat gradient buffer",
+    "localsgd": "nothing: parameters are averaged in place every 4 steps",
+    "dpsgd": "the parameters at the step's start, sent while the step mixes (1), and a receive buffer per neighbour",
+    "async": "a mailbox: the staged and the outgoing message (2: it posts while one is in flight) and per neighbour "
+    "the landing and the newest message (2)",
+    "sgp": "the push-sum state [x, w] that is sent (1) and a receive buffer per in-neighbour",
+    "gossip": "the pulled peer's parameters (1)",
+    "adpsgd": "its published snapshot and the pair averages not yet applied (2), and the pair service's request, "
+    "reply and their two receive buffers (4)",
     "easgd": "the center variable (a model copy) and the elastic difference",
-    "fast": "neighbours' gradients in mailboxes, applied with the optimizer",
-    "ps": "the server's parameters and the pushed gradients",
-    "diloco": "the snapshot at the round's start, the outer momentum and the pseudo-gradient",
-    "choco": "the public copy x-hat of itself and of each neighbour, and the compressed difference",
+    "fast": "a gradient mailbox: staged and outgoing (2), per neighbour up to 4 unread gradients and the landing one",
+    "ps": "the parameters sent and their average (2), and the shard this rank serves",
+    "diloco": "the parameters at the round's start, the outer momentum and the pseudo-gradient (3)",
+    "choco": "the public copy x-hat of itself and of each neighbour, the difference and its encoded payloads",
 }
 """What each strategy holds beside the model, from its design (the table shows what it measures)."""
 
@@ -69,6 +72,35 @@ def rss() -> int:
 
 def peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class PieceClock:
+    """Seconds spent in the strategy's pieces during the timed steps: the adapter's staging (framework tensors to
+    and from the flat host buffers: ``params``, ``set_params``, ``grads``, ``set_grads``) and the Worker's hooks
+    (``before_step``, ``after_step``: integrity checks, mixing, serialisation, and waiting on peers, which the
+    engine's metrics count apart). Wraps the instances' methods; ``on`` is False outside the timed steps."""
+
+    STAGING = ("params", "set_params", "grads", "set_grads")
+    HOOKS = ("before_step", "after_step")
+
+    def __init__(self, model: object, worker: object) -> None:
+        self.on = False
+        self.seconds = {"staging": 0.0, "hooks": 0.0}
+        for name in self.STAGING:
+            setattr(model, name, self._timed(getattr(model, name), "staging"))
+        for name in self.HOOKS:
+            setattr(worker, name, self._timed(getattr(worker, name), "hooks"))
+
+    def _timed(self, method, piece: str):
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.on:
+                    self.seconds[piece] += time.perf_counter() - began
+
+        return timed
 
 
 # the child: one strategy on every rank -----------------------------------------------------------------------------
@@ -155,10 +187,18 @@ def child(args: argparse.Namespace) -> None:
     ddp = DistributedDataParallel(model)
     times: dict[str, list[float]] = {"plain": [], "ddp": [], "strategy": []}
     sent_before, steps_before = worker.metrics.bytes_sent, worker.metrics.steps
+    pieces = PieceClock(worker.context.model, worker)
+    wait_before = worker.metrics.wait_seconds
     for _ in range(args.repeats):
         for system, optimizer, forward in (("plain", plain, model), ("ddp", plain, ddp), ("strategy", hooked, model)):
             engine.barrier()
+            pieces.on = system == "strategy"
             times[system] += [step(optimizer, forward) for _ in range(args.steps)]
+            pieces.on = False
+    timed_steps = args.repeats * args.steps
+    waited = (worker.metrics.wait_seconds - wait_before) / timed_steps
+    staging = pieces.seconds["staging"] / timed_steps  # also inside the hooks: taken out of them below
+    hooks = pieces.seconds["hooks"] / timed_steps
     sent = (worker.metrics.bytes_sent - sent_before) / max(1, worker.metrics.steps - steps_before)
     engine.barrier()
     worker.close()
@@ -170,7 +210,14 @@ def child(args: argparse.Namespace) -> None:
         np.copyto(target, source)
         copies.append(time.perf_counter() - began)
     mine = np.array(
-        [*memory, *(statistics.median(times[k]) for k in ("plain", "ddp", "strategy")), statistics.median(copies)],
+        [
+            *memory,
+            *(statistics.median(times[k]) for k in ("plain", "ddp", "strategy")),
+            statistics.median(copies),
+            staging,
+            waited,
+            max(0.0, hooks - staging - waited),
+        ],
         dtype=np.float64,
     )
     highest = mine.copy()
@@ -180,6 +227,7 @@ def child(args: argparse.Namespace) -> None:
         row = {"strategy": args.strategy, "model_bytes": model_bytes, "bytes_sent_per_step": sent}
         row |= {k: highest[i] / model_bytes for i, k in enumerate(keys)}
         row |= {"plain_s": highest[5], "ddp_s": highest[6], "strategy_s": highest[7], "memcpy_s": highest[8]}
+        row |= {"staging_s": highest[9], "wait_s": highest[10], "mixing_s": highest[11]}
         print(RESULT + json.dumps(row), flush=True)
 
 
@@ -211,6 +259,10 @@ def tables(rows: list[dict]) -> str:
         "| memcpy of the model ms | extra in memcpys | kB sent/step |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    split = [
+        "| strategy | staging ms | in memcpys | waiting on peers ms | checks, mixing, serialisation ms | in memcpys |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for r in good:
         name = r["strategy"].split(":")[0]
         memory.append(
@@ -223,6 +275,11 @@ def tables(rows: list[dict]) -> str:
             f"| {r['strategy_s'] / r['plain_s']:.3f} | {r['strategy_s'] / r['ddp_s']:.3f} | {extra * 1e3:.0f} "
             f"| {r['memcpy_s'] * 1e3:.1f} | {extra / r['memcpy_s']:.1f} | {r['bytes_sent_per_step'] / 1e3:.0f} |"
         )
+        if "staging_s" in r:  # rows measured before the split have none
+            split.append(
+                f"| `{r['strategy']}` | {r['staging_s'] * 1e3:.0f} | {r['staging_s'] / r['memcpy_s']:.1f} "
+                f"| {r['wait_s'] * 1e3:.0f} | {r['mixing_s'] * 1e3:.0f} | {r['mixing_s'] / r['memcpy_s']:.1f} |"
+            )
     failed = [f"- `{r['strategy']}` failed: {r['error'].splitlines()[-1]}" for r in rows if r.get("error")]
     model_mb = good[0]["model_bytes"] / 2**20 if good else 0
     return (
@@ -230,6 +287,9 @@ def tables(rows: list[dict]) -> str:
         + "\n".join(memory)
         + "\n\nStep time (medians, slowest rank; plain, DDP and the strategy interleaved in each launch):\n\n"
         + "\n".join(timing)
+        + "\n\nThe strategy's pieces per step (means over the timed steps, largest rank's; staging is the adapter's copies "
+        "between the framework's tensors and the flat host buffers, the rest is inside the Worker's hooks):\n\n"
+        + "\n".join(split)
         + ("\n\n" + "\n".join(failed) if failed else "")
     )
 
@@ -242,6 +302,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="rounds of plain, DDP and the strategy")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one launch may take")
     parser.add_argument("--out", type=Path, help="markdown file to write the tables into (between markers)")
+    parser.add_argument("--section", help="the markers' name in --out (default: the model's), to add rows apart")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -261,14 +322,15 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(RESULT + json.dumps(rows[-1]), flush=True)  # the raw figures, kept in the log whatever follows
     command = " ".join(["python", "benchmarks/at_scale.py", *(argv if argv is not None else sys.argv[1:])])
+    section = args.section or args.model
     text = (
-        f"### {args.model}\n\n`{command}`: 2 ranks on {os.cpu_count()} CPU cores, {datetime.date.today()}, "
+        f"### {section}\n\n`{command}`: 2 ranks on {os.cpu_count()} CPU cores, {datetime.date.today()}, "
         f"{args.repeats} rounds of {args.steps} steps per system, {time.monotonic() - began:.0f} s in all.\n\n"
         f"{tables(rows)}\n"
     )
     print(text)
     if args.out:
-        name = f"at_scale {args.model}"
+        name = f"at_scale {section}"
         start, end = markers(name)
         write_section(args.out, name, f"{start}\n{text}{end}")
 

@@ -576,3 +576,12 @@ def test_model_keeps_every_with_its_strategy(capsys) -> None:
     assert ended.value.code == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:-1]}
     assert set(rows) == {"dpsgd:ring,every=4", "ps", "localsgd:every=2"}
+
+
+def test_model_refuses_more_pipeline_stages_than_layers_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as ended:
+        fast_main(["model", "--layers", "dense:10x20,dense:20x2", "--stages", "4"])
+    assert ended.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fast: error:")]
+    assert len(errors) == 1 and "4 pipeline stages cannot split a model of 2 layers" in errors[0]
+    assert "--stages between 1 and 2" in errors[0]

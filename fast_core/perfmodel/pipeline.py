@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fast_core.errors import ConfigError
 from fast_core.perfmodel.layers import Layer, parameter_count, step_compute_seconds, update_seconds
 from fast_core.perfmodel.machine import Machine
 from fast_core.simulate.links import LinkModel
@@ -52,7 +53,10 @@ def gpipe_step(stage: StageTerms, stages: int, micro_batches: int) -> float:
 def split_by_flops(layers: list[Layer], stages: int) -> list[list[Layer]]:
     """Contiguous stages of about equal forward flops (the slowest stage sets the pace)."""
     if not 1 <= stages <= len(layers):
-        raise ValueError(f"{stages} stages need between 1 and {len(layers)} layers per model (it has {len(layers)})")
+        raise ConfigError(
+            f"{stages} pipeline stages cannot split a model of {len(layers)} layers (each stage holds at least one): "
+            f"give --stages between 1 and {len(layers)}, or more --layers"
+        )
     total = sum(layer.flops for layer in layers)
     parts: list[list[Layer]] = [[] for _ in range(stages)]
     done = 0.0
