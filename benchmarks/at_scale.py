@@ -287,8 +287,8 @@ def tables(rows: list[dict]) -> str:
         + "\n".join(memory)
         + "\n\nStep time (medians, slowest rank; plain, DDP and the strategy interleaved in each launch):\n\n"
         + "\n".join(timing)
-        + "\n\nThe strategy's pieces per step (means over the timed steps, largest rank's; staging is the adapter's copies "
-        "between the framework's tensors and the flat host buffers, the rest is inside the Worker's hooks):\n\n"
+        + "\n\nThe strategy's pieces per step (means over the timed steps, largest rank's; staging is the adapter's "
+        "copies between the framework's tensors and the flat host buffers, the rest is inside the Worker's hooks):\n\n"
         + "\n".join(split)
         + ("\n\n" + "\n".join(failed) if failed else "")
     )
