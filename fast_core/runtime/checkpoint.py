@@ -16,9 +16,12 @@ foreign file is decided on rank 0 and broadcast as a status, so every rank raise
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import tempfile
+import zipfile
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,7 +132,11 @@ def _write(path: str, params: np.ndarray, state: Mapping[str, np.ndarray], heade
     members = {"params": params, _HEADER: np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
     members.update({f"state/{i}": a for i, a in enumerate(state.values())})
     folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
+    prefix = f".{os.path.basename(path)}.ckpt-"  # the target's own: only its writer (rank 0 of one job) makes these
+    for stale in glob.glob(os.path.join(glob.escape(folder), glob.escape(prefix) + "*.tmp")):
+        with contextlib.suppress(OSError):  # a save killed mid-write (kill -9) left it: it is never read
+            os.unlink(stale)
+    handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
     try:
         with os.fdopen(handle, "wb") as out:
             np.savez(out, **members)
@@ -155,6 +162,11 @@ def _write(path: str, params: np.ndarray, state: Mapping[str, np.ndarray], heade
 def _read(path: str, layout) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
     if not os.path.isfile(path):
         raise CheckpointError(f"no checkpoint at {path!r}: give the path save_checkpoint wrote")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path!r} is not a FAST checkpoint (not the .npz archive save_checkpoint writes: torn, or another kind "
+            "of file)"
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(bytes(data[_HEADER]).decode())
@@ -166,7 +178,9 @@ def _read(path: str, layout) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
     except CheckpointError:
         raise
     except Exception as exc:  # zip, JSON, key or pickle errors alike: the file is not a complete checkpoint
-        raise CheckpointError(f"checkpoint {path!r} is corrupt or not a FAST checkpoint ({exc})") from None
+        # NumPy's own text about pickles would invite allow_pickle=True: a FAST checkpoint never holds any
+        reason = "it holds pickled objects, which a FAST checkpoint never does" if "pickle" in str(exc) else exc
+        raise CheckpointError(f"checkpoint {path!r} is corrupt or not a FAST checkpoint ({reason})") from None
     if header["layout"] != layout.describe():
         difference = layout.first_difference(header["layout"]) or "another layout"
         raise CheckpointError(
