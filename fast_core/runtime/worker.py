@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
 from fast_core.engine.capabilities import joining
+from fast_core.errors import ConfigError
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, EpochEnded, Started, StepEnded
@@ -37,6 +38,8 @@ class Worker:
     else all-reduce). ``observers``: None takes those the run configuration asks for (a reporter and a straggler
     under ``fast run``); pass a list (maybe empty) to choose. ``budget``: a shared work budget
     (``fast_core.Budget``), or None for the run configuration's (``fast run --budget-samples``, else none).
+    ``broadcast_start``: rank 0's parameters are every rank's start (the default); False keeps each rank's own,
+    refused for strategies that need an equal start (``Strategy.needs_equal_start``: choco, diloco).
     """
 
     def __init__(
@@ -93,6 +96,12 @@ class Worker:
             lockstep_steps = self.strategy.lockstep_steps() if budgeted else 0  # may refuse, on every rank
             if self._broadcast_start:
                 collectives.broadcast_params(self.model, self.engine, root=0)
+            elif self.strategy.needs_equal_start:  # the same on every rank: every rank refuses
+                raise ConfigError(
+                    f"{canonical_strategy(self.strategy)} needs every replica to start from the same parameters "
+                    "(its state starts from this worker's own, so replicas that start apart would never meet): leave "
+                    "broadcast_start at its default, True"
+                )
             self.strategy.setup(self.context)
             self.claims.open(lockstep_steps)  # collective under a budget, like the rest of start
             self.group.state.first_step = self.step

@@ -168,6 +168,11 @@ class Strategy:
     """Whether the strategy can go on over the survivors when a rank is lost (a fault-tolerant engine). One that
     cannot says so (False) and the job ends with the PeerLost error."""
 
+    needs_equal_start: bool = False
+    """Whether the replicas must start from the same parameters (the Worker's start broadcast): a strategy whose
+    state assumes it says True, and ``Worker(..., broadcast_start=False)`` is refused with it, since the replicas
+    would otherwise never meet."""
+
     def abandon(self, ctx: StepContext) -> None:
         """A rank was lost: stop communication threads and forget requests at once, without any collective (the
         group's communicators are revoked; ``rejoin`` follows over the survivors)."""

@@ -44,6 +44,7 @@ class CHOCO(Strategy):
     and random-k, which on tests/test_choco.py's task learned as D-PSGD does down to top-1% and random-10%."""
 
     name = "choco"
+    needs_equal_start = True  # every public copy starts at this worker's own start: a disagreement is never sent
 
     def __init__(
         self,

@@ -107,6 +107,10 @@ class Every(Strategy):
     def survivable(self) -> bool:
         return self.inner.survivable
 
+    @property
+    def needs_equal_start(self) -> bool:
+        return self.inner.needs_equal_start
+
 
 Phase = tuple[int | None, Buildable]
 
@@ -253,6 +257,10 @@ class Schedule(Strategy):
     @property
     def survivable(self) -> bool:
         return all(strategy.survivable for _, strategy in self.phases)
+
+    @property
+    def needs_equal_start(self) -> bool:
+        return any(strategy.needs_equal_start for _, strategy in self.phases)
 
 
 def warmup(steps: int, then: Buildable) -> Strategy:

@@ -74,6 +74,7 @@ class DiLoCo(Strategy):
     """
 
     name = "diloco"
+    needs_equal_start = True  # each rank's outer parameters start at its own start: they would never meet
 
     def __init__(
         self,
