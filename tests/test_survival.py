@@ -17,6 +17,7 @@ from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.observers.reporting import Reporter
 from fast_core.observers.runlog import read_run
 from fast_core.runtime.budget import MAX_AHEAD
+from fast_core.runtime.summaries import spent_text
 from fast_core.topology import is_doubly_stochastic, make_topology
 from fast_core.topology.heal import heal
 
@@ -58,6 +59,7 @@ def train(
                     "job": worker.metrics.job_samples,
                     "accuracy": model.accuracy(X, Y, params=consensus),
                     "graph": getattr(_innermost(worker.strategy), "_graph", None),
+                    "spent": spent_text(worker, len(Y)),
                 }
             model.compute_gradients(xb[:granted], yb[:granted])
             worker.before_step()
@@ -113,6 +115,7 @@ def test_the_survivors_finish_the_budget_over_a_healed_group(strategy: str, vict
     assert sorted(r["launched"] for r in survivors) == sorted(set(range(4)) - {victim})
     for result in survivors:
         assert result["size"] == 3 and result["lost"] == [(victim,)]
+        assert result["spent"].endswith(f"; not counted: what the lost rank(s) [{victim}] trained before they were lost")
         if result["graph"] is not None:
             assert result["graph"].size == 3  # the topology was rebuilt over the survivors
     jobs = {r["job"] for r in survivors}

@@ -25,7 +25,8 @@ def epoch_summary(worker: Worker, loss: float) -> tuple[float, float | None]:
 def spent_text(worker: Worker, global_epoch: int) -> str:
     """Collective, after ``close()``: one line on how the job spent its budget (the job's samples, in global epochs
     of ``global_epoch`` samples; rank 0's share; every rank's steps, gathered by one allreduce), for the examples'
-    last output."""
+    last output. After a lost rank the job's samples are the survivors' (the budget was finished by them), and the
+    line says so, lest it read as a budget left unfinished."""
 
     def gather() -> np.ndarray:
         steps = np.zeros(worker.engine.size, dtype=np.int64)
@@ -35,7 +36,9 @@ def spent_text(worker: Worker, global_epoch: int) -> str:
 
     steps = worker.group.collective(gather)
     job, mine = worker.metrics.job_samples, worker.metrics.samples
+    lost = sorted({rank for change in worker.group.recoveries for rank in change.lost})
     return (
         f"budget spent: {job} samples trained by the job ({job / global_epoch:.2f} global epochs), {mine} of them by "
         f"rank {worker.engine.rank}; steps per rank {steps.tolist()}"
+        + (f"; not counted: what the lost rank(s) {lost} trained before they were lost" if lost else "")
     )
