@@ -100,6 +100,28 @@ def case_nan_parameters_are_refused_under_async_and_stop_their_rank(engine: Engi
     _check_poisoned_run(engine, "async:ring")
 
 
+def case_a_nan_born_after_the_last_check_is_never_the_consensus_model(engine: Engine) -> None:
+    """The last rank's parameters turn NaN after its last step (no check of its own runs again): the consensus
+    model a script reports is refused on every rank with the same error naming that rank, and nothing hangs."""
+    x, y, shards, _ = task(engine.size)
+    model = SoftmaxRegression(FEATURES, CLASSES, optimizer=SGD(LR), seed=0)
+    worker = Worker(model, "dpsgd:ring", engine).start()
+    for _ in range(3):
+        model.compute_gradients(*batch(x, y, shards[engine.rank], worker.step))
+        worker.before_step()
+        model.optimizer_step()
+        worker.after_step()
+    worker.close()
+    if engine.rank == engine.size - 1:
+        model.params()[5] = np.inf
+    try:
+        worker.group.average_params()
+    except NonFiniteError as exc:
+        assert str(exc).startswith(f"the consensus model holds NaN or Inf: rank(s) [{engine.size - 1}] hold"), exc
+    else:
+        raise AssertionError("a consensus model holding Inf was returned")
+
+
 def case_different_collectives_of_the_same_size_never_match(engine: Engine) -> None:
     """Rank 0 averages the consensus model while the others all-reduce a gradient of the same size: each waits in
     its own collective and stops with a PeerTimeout naming the ranks that never joined it; no values are mixed."""

@@ -17,6 +17,7 @@ from fast_core.engine import Engine
 from fast_core.model.numpy_model import SGD, AdaGrad, SoftmaxRegression
 from fast_core.runtime import checkpoint
 from fast_core.runtime.checkpoint import CheckpointError
+from fast_core.strategies.integrity import NonFiniteError
 
 STEPS, BATCH = 6, 8
 
@@ -205,3 +206,27 @@ def test_under_async_averaging_a_loaded_checkpoint_is_not_pulled_back_to_the_sta
     LocalCluster(2).run(_save_ones, path)
     for params in LocalCluster(4, timeout=30).run(_async_lr0, path, strategy):
         np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-12)  # lr 0: nothing may move them
+
+
+def _save_with_a_nan_rank(engine: Engine, path: str) -> str:
+    worker = _worker(engine, "allreduce")
+    if engine.rank == 1:
+        worker.model.params()[0] = np.nan
+    with pytest.raises(NonFiniteError) as refused:  # on every rank
+        checkpoint.save(path, worker)
+    worker.close()
+    return str(refused.value)
+
+
+def test_a_model_holding_nan_is_never_saved_and_a_file_holding_nan_never_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "nan.ckpt"
+    errors = LocalCluster(3, timeout=30).run(_save_with_a_nan_rank, str(path))
+    assert len(set(errors)) == 1 and "the model to checkpoint holds NaN or Inf: rank(s) [1]" in errors[0], errors
+    assert os.listdir(tmp_path) == []
+    LocalCluster(1).run(_save_plain, str(path))
+    with np.load(path) as saved:  # a file someone else edited: FAST never writes one
+        members = {name: saved[name] for name in saved.files}
+    members["params"][3] = np.inf
+    np.savez(open(path, "wb"), **members)
+    errors = LocalCluster(2, timeout=30).run(_load_error, str(path), FEATURES)
+    assert errors == [f"checkpoint {str(path)!r} holds NaN or Inf parameters: it is not loaded"] * 2

@@ -31,6 +31,7 @@ import numpy as np
 
 from fast_core.engine import collectives
 from fast_core.errors import FastError
+from fast_core.strategies.integrity import all_finite, finite_average
 
 if TYPE_CHECKING:
     from fast_core.engine import Engine
@@ -75,7 +76,7 @@ def save(
     engine = worker.engine
     state = {str(k): np.asarray(v) for k, v in (state or {}).items()}
     _same_everywhere(engine, _describe(state), "optimizer state (names, shapes or dtypes)")
-    params = collectives.average_params(worker.model, engine)
+    params = finite_average(worker.model, engine, "the model to checkpoint")  # a NaN model is never saved
     averaged = dict(zip(state, collectives.average_arrays(list(state.values()), engine), strict=True))
     counts = np.array([worker.metrics.samples], dtype=np.int64)
     engine.allreduce(counts)
@@ -189,6 +190,8 @@ def _read(path: str, layout) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
         )
     if params.shape != (layout.size,) or params.dtype != layout.dtype:
         raise CheckpointError(f"checkpoint {path!r} is corrupt: its parameters are {params.dtype}{params.shape}")
+    if not all_finite(params):  # FAST never writes one: edited or written by something else
+        raise CheckpointError(f"checkpoint {path!r} holds NaN or Inf parameters: it is not loaded")
     return header, params, state
 
 

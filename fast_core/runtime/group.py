@@ -21,6 +21,7 @@ from fast_core.errors import PeerLost
 from fast_core.observers.events import Recovered
 from fast_core.runtime.survival import RecoveryState, check_can_survive, join, resync, survive
 from fast_core.strategies.base import GroupChange
+from fast_core.strategies.integrity import finite_average
 
 log = logging.getLogger("fast")
 T = TypeVar("T")
@@ -56,8 +57,8 @@ class Group:
         """The mean of all ranks' parameters (one allreduce), as a new buffer: the model is left as it is, so it
         also evaluates the consensus model mid-training. Collective: every rank must call it at the same point;
         under an asynchronous strategy that makes the ranks wait for each other (the slowest sets the pace there)."""
-        state = self.state
-        return self.collective(lambda: collectives.average_params(state.model, state.engine))
+        state = self.state  # NaN or Inf anywhere: NonFiniteError on every rank, naming the ranks, never a NaN model
+        return self.collective(lambda: finite_average(state.model, state.engine))
 
     def consensus_distance(self) -> float:
         """(1/N) sum_i ||x_i - x_bar||^2, the spread decentralized methods keep small; every rank must call it.
