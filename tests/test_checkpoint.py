@@ -183,8 +183,12 @@ def test_a_save_killed_mid_write_leaves_nothing_behind_at_the_next_save(tmp_path
     assert sorted(os.listdir(tmp_path)) == [".other.ckpt.ckpt-x1y2.tmp", "job.ckpt"]
 
 
-def _async_lr0(engine: Engine, path: str, strategy: str) -> np.ndarray:
-    worker = _worker(engine, strategy, SGD(0.0), seed=10)  # setup posts these start parameters
+def _async_lr0(engine: Engine, path: str, strategy: str, trained_first: bool = False) -> np.ndarray:
+    optimizer = SGD(LR if trained_first else 0.0)
+    worker = _worker(engine, strategy, optimizer, seed=10)  # setup posts these start parameters
+    if trained_first:  # the strategy's state (push-sum weight, pair averages, centre) moved from its start
+        _steps(worker, engine, 6, pause=0.002)
+        optimizer.lr = 0.0
     checkpoint.load(path, worker)
     _steps(worker, engine, 30, pause=0.002)
     worker.close()
@@ -199,13 +203,28 @@ def _save_ones(engine: Engine, path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "strategy", ["async:ring", "async:ring,keep_progress=false", "async:ring,every=2", "fast:ring", "dpsgd:ring"]
+    "strategy",
+    [
+        "async:ring",
+        "async:ring,keep_progress=false",
+        "async:ring,every=2",
+        "fast:ring",
+        "dpsgd:ring",
+        "adpsgd:ring",
+        "easgd",
+        "easgd:synchronous=false",
+        "gossip",
+        "gossip:push,synchronous=false",
+        "gossip:pull,synchronous=false",
+        "sgp",
+    ],
 )
-def test_under_async_averaging_a_loaded_checkpoint_is_not_pulled_back_to_the_start(tmp_path: Path, strategy) -> None:
+def test_a_loaded_checkpoint_is_not_pulled_back_to_the_start_by_what_the_strategy_kept(tmp_path: Path, strategy) -> None:
     path = str(tmp_path / "ones.ckpt")
     LocalCluster(2).run(_save_ones, path)
-    for params in LocalCluster(4, timeout=30).run(_async_lr0, path, strategy):
-        np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-12)  # lr 0: nothing may move them
+    for trained_first in (False, True):  # loaded at the start, and after 6 steps
+        for params in LocalCluster(4, timeout=30).run(_async_lr0, path, strategy, trained_first):
+            np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-12)  # lr 0: nothing may move them
 
 
 def _save_with_a_nan_rank(engine: Engine, path: str) -> str:

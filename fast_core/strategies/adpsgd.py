@@ -116,6 +116,12 @@ class ADPSGD(Strategy):
         if self._neighbors and self._service.pending is None:  # never wait: skip a turn while a pair is open
             self._service.ask(int(self._rng.choice(self._neighbors)), params)
 
+    def reset(self, ctx: StepContext) -> None:
+        """Collective: every pair request is answered (``close``), and the pair averages not yet applied are dropped
+        with the old snapshot: both came from the parameters a checkpoint replaced."""
+        self._service.close()
+        self.setup(ctx)
+
     def abandon(self, ctx: StepContext) -> None:
         self._service.abandon()  # pair averages not yet applied are dropped: the Worker averages the survivors
 

@@ -71,6 +71,12 @@ class ElasticRound(Strategy, ChoosesVariant):
             self._z = None
             self._talk = self._setup_member(ctx)
 
+    def reset(self, ctx: StepContext) -> None:
+        """Collective: requests in flight are answered (``close``), then the centre variable restarts from the
+        parameters now in place (a loaded checkpoint's), not from the ones it had pulled toward."""
+        self.close(ctx)
+        self.setup(ctx)
+
     def rejoin(self, ctx: StepContext, change: GroupChange) -> None:
         """The centre stays with the rank launched as the centre if it is in the group (itself or its replacement),
         else moves to rank 0; z restarts from the parameters the Worker left (the survivors' average), and alpha

@@ -53,6 +53,12 @@ class AsyncGossip(Gossip):
     def close(self, ctx: StepContext) -> None:
         self._box.close()
 
+    def reset(self, ctx: StepContext) -> None:
+        """Collective: what is in flight lands and is dropped with the box (it came from the old parameters); a new
+        box publishes the parameters now in place."""
+        self._box.close()
+        self.setup(ctx)
+
     def abandon(self, ctx: StepContext) -> None:
         self._box.abandon()
 

@@ -99,6 +99,12 @@ class SGP(Strategy):
             recvs = tuple(received[peer] for peer in sources)
             self._rounds.append(_Round(dests, sources, recvs, 1.0 / (len(dests) + 1)))
 
+    def reset(self, ctx: StepContext) -> None:
+        """The push-sum state restarts at the parameters now in place with weight 1 (nothing is in flight between
+        steps): the old numerator and weight would otherwise turn them back into the old de-biased values."""
+        self._state[:-1] = ctx.model.params()
+        self._state[-1] = 1.0
+
     def after_step(self, ctx: StepContext) -> None:
         state, x = self._state, self._state[:-1]
         params = ctx.model.params()  # z_i + delta_i
