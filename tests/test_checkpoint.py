@@ -219,7 +219,9 @@ def _save_ones(engine: Engine, path: str) -> None:
         "sgp",
     ],
 )
-def test_a_loaded_checkpoint_is_not_pulled_back_to_the_start_by_what_the_strategy_kept(tmp_path: Path, strategy: str):
+def test_a_loaded_checkpoint_is_not_pulled_back_to_the_start_by_what_the_strategy_kept(
+    tmp_path: Path, strategy: str
+) -> None:
     path = str(tmp_path / "ones.ckpt")
     LocalCluster(2).run(_save_ones, path)
     for trained_first in (False, True):  # loaded at the start, and after 6 steps
