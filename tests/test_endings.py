@@ -239,3 +239,50 @@ def test_the_lost_rank_is_the_earliest_ending_and_its_line_names_rank_pid_and_st
     assert lost_text(lost).startswith(
         "rank 2 (pid 42, host h) was killed by SIGKILL at step 70 or a little after (its last record, written 0.50 s"
     )
+
+
+ONE_RANK_RAISES = """
+import time
+import numpy as np
+import fast_core
+from fast_core.model.numpy_model import SoftmaxRegression
+engine = fast_core.init()
+model = SoftmaxRegression(4, 2, seed=engine.rank)
+worker = fast_core.Worker(model, "allreduce", engine).start()
+for step in range(5):
+    model.compute_gradients(np.ones((2, 4)), np.array([0, 1]))
+    if step == 2 and engine.rank == {culprit}:
+        {fault}
+    worker.run_step(model.optimizer_step)
+worker.close()
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "fault, closing",
+    [
+        ('raise ValueError("the data loader broke")', r"rank 1 raised ValueError: the data loader broke"),
+        ("time.sleep(60)", r"rank\(s\) \[0, 2\] stopped waiting for or losing rank\(s\) \[1\], which raised no error"),
+    ],
+)
+def test_the_error_that_ended_a_job_is_named_once(tmp_path: Path, fault: str, closing: str) -> None:
+    """A rank's own error: its traceback once, and the closing line and run.json name it. A rank that hangs: the
+    others' PeerTimeouts are one line each (no traceback), and the closing line names the rank they waited for."""
+    script = tmp_path / "job.py"
+    script.write_text(ONE_RANK_RAISES.format(culprit=1, fault=fault))
+    run_dir = tmp_path / "r"
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAST_TIMEOUT="4")
+    command = [*FAST, "run", "-n", "3", "--no-progress", "--run-dir", str(run_dir), str(script)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=100, env=env)
+    assert done.returncode != 0
+    said = [line for line in done.stderr.splitlines() if line.startswith("fast: rank")]
+    assert len(said) == 1 and re.search(closing, said[0]), done.stderr
+    ended = json.loads((run_dir / "run.json").read_text())["error"]
+    if fault.startswith("raise"):
+        assert (ended["rank"], ended["consequence"]) == (1, False), ended
+        assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
+    else:
+        assert ended["consequence"] and ended["peers"] == [1], ended
+        assert "Traceback" not in done.stderr, done.stderr
+        assert len(re.findall(r"^\[[02]\] rank [02] stopped: PeerTimeout: ", done.stderr, re.MULTILINE)) == 2

@@ -33,6 +33,7 @@ from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_
 from fast_core.cli.summary import summarize
 from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
+from fast_core.runtime.uncaught import cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
 
 EXITS = "exits"
@@ -263,6 +264,10 @@ def main(args: argparse.Namespace) -> int:
         if shown is not None:
             shown.close()
     status, ending, lines = job_ending(status, job, run_dir)
+    if status != 0 and (errors := read_errors(run_dir)):  # what the ranks raised: the cause first, named once
+        cause = cause_of(errors)
+        ending["error"] = {k: cause.get(k) for k in ("rank", "error", "consequence", "peers")}
+        lines = [error_text(cause, errors), *lines]
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
@@ -386,6 +391,22 @@ def _replacements(run_dir: Path) -> tuple[list[int], bool]:
     }
     finished = any(record["kind"] == "close" for rank_records in records.values() for record in rank_records)
     return sorted(replaced), finished
+
+
+def error_text(cause: dict, errors: list[dict]) -> str:
+    """One line: the rank whose error ended the job and the error, then the ranks that stopped after it."""
+    after = [e for e in errors if e is not cause]
+    if cause.get("consequence"):  # no rank raised an error of its own: one hung, froze or died
+        peers = sorted({p for e in errors for p in e.get("peers", [])})
+        return (
+            f"rank(s) {sorted(e['rank'] for e in errors)} stopped waiting for or losing rank(s) {peers}, which raised "
+            f"no error of its own (stuck, frozen or killed); rank {cause['rank']} first: {cause['error']}"
+        )
+    text = f"rank {cause['rank']} raised {cause['error']}"
+    if after:
+        kinds = sorted({e["error"].split(":")[0] for e in after})
+        text += f"; rank(s) {sorted(e['rank'] for e in after)} stopped after it ({', '.join(kinds)})"
+    return text + " (tracebacks in the run folder's errors/)"
 
 
 def rank_text(lost: dict) -> str:

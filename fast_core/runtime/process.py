@@ -14,6 +14,7 @@ from fast_core.config.current import run_config
 from fast_core.config.run import check_timeout
 from fast_core.engine import Engine, default_engine
 from fast_core.engine.collectives import JOB
+from fast_core.runtime import uncaught
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -33,6 +34,8 @@ def init(timeout: float | None = None) -> Engine:
                 fault_tolerant=config.fault_tolerant,
                 max_restarts=config.max_restarts,
             )
+            if config.run_dir is not None:  # under fast run: an uncaught error reaches its closing line
+                uncaught.install(config.run_dir, _engine.rank)
         return _engine
 
 

@@ -1,0 +1,95 @@
+"""A rank's uncaught exception under ``fast run``: recorded for the launcher's closing line, and shown once.
+
+When one error ends a job, the user should read it once, with its rank, and not the same story again from every
+other rank. So each rank (``install``, from ``fast_core.init()`` when it runs under ``fast run``) records its
+uncaught exception in ``RUN_DIR/errors/rank<r>.json`` (type, first line of the message, the traceback, the wall
+clock), which ``fast run`` reads to name the cause in its closing line and run.json. An error that only follows
+another rank's (a ``PeerTimeout``, ``PeerFailed`` or ``PeerLost``: it names the peer it waited for or lost) is
+shown as one line instead of a traceback; its traceback stays in the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+
+from fast_core.errors import PeerFailed, PeerTimeout
+
+ERRORS = "errors"
+"""The run folder's subfolder of the ranks' error records."""
+
+CONSEQUENCES = (PeerTimeout, PeerFailed)
+"""Errors that name a peer the rank waited for or lost: the cause is that peer's (PeerLost is a PeerFailed)."""
+
+_installed = False
+
+
+def install(run_dir: Path, rank: int) -> None:
+    """Record this process's uncaught exception as rank ``rank``'s, and show a consequence in one line; once."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    shown = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
+        consequence = isinstance(error, CONSEQUENCES)
+        record(run_dir, rank, error, "".join(traceback.format_exception(kind, error, trace)))
+        if consequence:
+            print(
+                f"rank {rank} stopped: {describe(error)} (it waited for or lost another rank: fast run's closing "
+                "line names the cause; the traceback is in the run folder's errors/)",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            shown(kind, error, trace)
+
+    sys.excepthook = hook
+
+
+def describe(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def record(run_dir: Path, rank: int, error: BaseException, trace: str) -> None:
+    """Write rank ``rank``'s error record (whole, then renamed into place); a folder we cannot write is no error."""
+    ended = {
+        "rank": rank,
+        "error": describe(error),
+        "consequence": isinstance(error, CONSEQUENCES),
+        "peers": [int(r) for r in getattr(error, "ranks", ()) or ()],  # whom a consequence waited for or lost
+        "wall": time.time(),
+        "traceback": trace,
+    }
+    folder = Path(run_dir) / ERRORS
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".rank{rank}.json.{os.getpid()}"
+        partial.write_text(json.dumps(ended) + "\n")
+        partial.replace(folder / f"rank{rank}.json")
+    except OSError:
+        pass
+
+
+def read_errors(run_dir: Path) -> list[dict]:
+    """The ranks' error records, earliest first; unreadable ones (a rank killed mid-write) are skipped."""
+    found = []
+    for path in (Path(run_dir) / ERRORS).glob("rank*.json"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=lambda e: e.get("wall", float("inf")))
+
+
+def cause_of(errors: list[dict]) -> dict | None:
+    """The error that ended the job: the earliest that is not a consequence of another's, else the earliest."""
+    return next((e for e in errors if not e.get("consequence")), errors[0] if errors else None)
