@@ -69,8 +69,9 @@ def train(
 
 
 def _until_lost(cluster: LocalCluster, seconds: float = 20.0) -> None:
+    """Until the victim is lost: survived (``lost``) or, without fault tolerance, ending the job (``failure``)."""
     deadline = time.monotonic() + seconds
-    while not cluster.lost and time.monotonic() < deadline:
+    while not cluster.lost and cluster.failure is None and time.monotonic() < deadline:
         time.sleep(1e-3)
 
 
