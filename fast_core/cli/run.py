@@ -28,17 +28,15 @@ from fast_core.cli.common import (
     warn_if_oversubscribed,
     whole,
 )
+from fast_core.cli.dashboard import Background
+from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
-from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
 from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
 from fast_core.runtime.uncaught import cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
-
-EXITS = "exits"
-"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
-MPI)."""
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +135,13 @@ def add_parser(subparsers) -> None:
         action="store_false",
         default=None,
         help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
+    )
+    parser.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=str(DEFAULT_PORT),
+        metavar="[HOST:]PORT",
+        help=f"serve the job's dashboard while it runs (default 127.0.0.1:{DEFAULT_PORT}; see fast dashboard)",
     )
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
@@ -258,11 +263,14 @@ def main(args: argparse.Namespace) -> int:
     began = time.monotonic()
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
     shown = JobBar(run_dir, args.workers, label, before) if bar else None
+    board = Background(run_dir, args.dashboard) if args.dashboard else None
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
     finally:
         if shown is not None:
             shown.close()
+        if board is not None:
+            board.stop()
     status, ending, lines = job_ending(status, job, run_dir)
     if status != 0 and (errors := read_errors(run_dir)):  # what the ranks raised: the cause first, named once
         cause = cause_of(errors)
