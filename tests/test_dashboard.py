@@ -103,7 +103,9 @@ def test_the_state_holds_the_records_numbers_and_prints_them(served: tuple[Path,
             assert row["values"][key] == last_value(mine, key), key  # the record's own value, not a rounding
         steps = [r for r in mine if r["kind"] == "step"][-3:]
         rate = (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"])
-        assert row["values"]["steps_per_second"] == rate
+        waited = steps[-1]["wait_seconds"] - steps[0]["wait_seconds"]
+        pace = (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"] - waited)
+        assert row["values"]["steps_per_second"] == rate and row["values"]["own_steps_per_second"] == pace
         assert row["cells"] == cells(row["values"])
         assert row["cells"]["bytes_sent"] == f"{last_value(mine, 'bytes_sent') / 1e6:.2f}"
         assert row["state"] == "closed"
@@ -203,7 +205,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
-def browser():
+def browser(monkeypatch: pytest.MonkeyPatch):
     """Headless chromium under Selenium, or a skip naming what is missing (Debian: apt-get install chromium
     chromium-driver; pip install selenium)."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
@@ -212,7 +214,7 @@ def browser():
             pytest.skip(f"{path} not found: apt-get install {package} (Debian's, not a downloaded browser)")
     from selenium.webdriver.chrome.service import Service
 
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager, should it run at all, fetches nothing
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager, should it run at all, fetches nothing
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1300,1400"):
@@ -220,10 +222,10 @@ def browser():
     return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
 
 
-def test_the_page_in_a_browser_shows_the_ranks_and_follows_a_new_record(tmp_path: Path) -> None:
+def test_the_page_in_a_browser_shows_the_ranks_and_follows_a_new_record(tmp_path: Path, monkeypatch) -> None:
+    driver = browser(monkeypatch)
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver = browser()
     folder = recorded_run(tmp_path, closed=False)
     server, _ = bind(Dashboard(folder), "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

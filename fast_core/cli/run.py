@@ -137,12 +137,9 @@ def add_parser(subparsers) -> None:
         help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
     )
     parser.add_argument(
-        "--dashboard",
-        nargs="?",
-        const=str(DEFAULT_PORT),
-        metavar="[HOST:]PORT",
-        help=f"serve the job's dashboard while it runs (default 127.0.0.1:{DEFAULT_PORT}; see fast dashboard)",
+        "--dashboard", action="store_true", help=f"serve the job's page while it runs, on 127.0.0.1:{DEFAULT_PORT}"
     )
+    parser.add_argument("--dashboard-at", metavar="[HOST:]PORT", help="serve it there instead (implies --dashboard)")
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -263,7 +260,7 @@ def main(args: argparse.Namespace) -> int:
     began = time.monotonic()
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
     shown = JobBar(run_dir, args.workers, label, before) if bar else None
-    board = Background(run_dir, args.dashboard) if args.dashboard else None
+    board = Background(run_dir, args.dashboard_at or str(DEFAULT_PORT)) if args.dashboard or args.dashboard_at else None
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
     finally:

@@ -27,7 +27,12 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the folder fast run wrote (--run-dir)")
     parser.add_argument("--host", default=LOCAL, help=f"address to bind (default {LOCAL}: this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; in use: the next")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"default {DEFAULT_PORT}; in use: the next free one, said",
+    )
     parser.set_defaults(handler=main)
 
 
@@ -63,7 +68,7 @@ class Background:
     def __init__(self, run_dir: Path, where: str) -> None:
         host, _, port = where.rpartition(":")
         if not port.isdigit():
-            raise CLIError(f"--dashboard {where!r}: give a port or HOST:PORT, e.g. 8050 or 0.0.0.0:8050")
+            raise CLIError(f"--dashboard-at {where!r}: give a port or HOST:PORT, e.g. 8050 or 0.0.0.0:8050")
         self.server, moved = bind(Dashboard(run_dir), host or LOCAL, int(port))
         if moved:
             say(moved)

@@ -22,7 +22,7 @@ MAX_POINTS = 400
 """Points per line at most (a long run is thinned evenly): the SVG stays small and quick to draw."""
 SPEED_RANGE = (0.25, 1.25)
 """Step rate over the median's, from red to green."""
-RING = {"silent": "#d62728", "lost": "black", "error": "black", "closed": "#7f7f7f"}
+RING = {"silent": "#d62728", "lost": "black", "error": "black", "closed": "#7f7f7f", "stopped": "#7f7f7f"}
 """The outline of a rank in these states (a replaced rank's is blue)."""
 
 
@@ -92,9 +92,9 @@ def topology(view: View, run: dict[str, Any], start: dict[str, Any]) -> bytes:
     for (x, y), row in zip(xy, view.ranks, strict=True) if big else ():
         ax.text(x, y, str(row.rank), ha="center", va="center", fontsize=8, zorder=4)
     mapper = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(mapper, ax=ax, shrink=0.7, label="step rate / median rank's")
+    fig.colorbar(mapper, ax=ax, shrink=0.7, label="own pace / median rank's")
     what = "no neighbour graph (every rank with every rank)" if graph is None else "lines: neighbours"
-    ax.set_title(f"{what}\nring: red silent, black x lost, blue replaced, grey closed", fontsize=8)
+    ax.set_title(f"{what}\nring: red silent, black x lost, blue replaced, grey ended", fontsize=8)
     ax.set_aspect("equal")
     ax.margins(0.12)
     ax.axis("off")

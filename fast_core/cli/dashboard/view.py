@@ -16,15 +16,14 @@ from fast_core.cli.dashboard.follow import RunFolder
 from fast_core.cli.summary import accuracy_curve, job_wall_clock
 
 SLOW = 0.5
-"""A running rank whose step rate is below this fraction of the median rank's is marked slow."""
+"""A running rank whose own pace (steps per second not spent waiting for peers) is below this fraction of the median
+rank's is marked slow."""
 SILENT_SECONDS = 3.0
 """A live rank whose file has not grown for this many seconds longer than the freshest rank's is marked silent (lost,
 hung or far behind); at least ``SILENT_INTERVALS`` of its own intervals between records, so a slow log is no alarm."""
 SILENT_INTERVALS = 4
 RATE_RECORDS = 3
 """A rank's step rate is taken over its last this many "step" records: recent enough to show a slow-down at once."""
-
-STATES = ("starting", "running", "slow", "silent", "closed", "lost", "error")
 
 
 @dataclass
@@ -35,7 +34,7 @@ class RankView:
     state: str
     replaced: bool
     speed: float | None
-    """Its step rate over the median rank's: the colour it is drawn in."""
+    """Its own pace over the median rank's: the colour it is drawn in."""
     values: dict[str, Any]
     cells: dict[str, str]
     note: str = ""
@@ -71,12 +70,17 @@ def current(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records[starts[-1] :] if starts else records
 
 
-def step_rate(records: list[dict[str, Any]]) -> float | None:
-    """Steps per second over the last ``RATE_RECORDS`` "step" records of the rank's latest process."""
+def step_rate(records: list[dict[str, Any]], own: bool = False) -> float | None:
+    """Steps per second over the last ``RATE_RECORDS`` "step" records of the rank's latest process; ``own``: per
+    second not spent waiting for peers (``wait_seconds``), the rank's own pace, which tells the straggler from the
+    ranks that wait for it under a synchronous strategy, where every rank steps at the same rate."""
     steps = [r for r in current(records) if r.get("kind") == "step"][-RATE_RECORDS:]
-    if len(steps) < 2 or steps[-1]["time"] <= steps[0]["time"]:
+    if len(steps) < 2:
         return None
-    return (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"])
+    seconds = steps[-1]["time"] - steps[0]["time"]
+    if own:
+        seconds -= (steps[-1].get("wait_seconds") or 0.0) - (steps[0].get("wait_seconds") or 0.0)
+    return (steps[-1]["step"] - steps[0]["step"]) / seconds if seconds > 0 else None
 
 
 def record_interval(records: list[dict[str, Any]]) -> float | None:
@@ -107,6 +111,7 @@ def cells(values: dict[str, Any]) -> dict[str, str]:
     formats = {
         "step": "{:d}",
         "steps_per_second": "{:.3g}",
+        "own_steps_per_second": "{:.3g}",
         "samples": "{:.0f}",
         "mean_staleness": "{:.2f}",
         "bytes_sent": "{:.2f}",
@@ -149,6 +154,7 @@ def _rank(folder: RunFolder, rank: int, live: bool, lost: dict[int, str], freshe
     values = {
         "step": latest(mine, "step"),
         "steps_per_second": step_rate(records),
+        "own_steps_per_second": step_rate(records, own=True),
         "samples": folder.ranks[rank].samples.samples if any("samples" in r for r in records) else None,
         "mean_staleness": latest(mine, "mean_staleness"),
         "bytes_sent": latest(mine, "bytes_sent"),
@@ -165,6 +171,8 @@ def _rank(folder: RunFolder, rank: int, live: bool, lost: dict[int, str], freshe
         state, note = "error", f"{errors[0].get('error', 'error')}"
     elif "close" in kinds:
         state = "closed"
+    elif not live:
+        state, note = "stopped", "the job ended before this rank closed"
     elif live and silence > max(SILENT_SECONDS, SILENT_INTERVALS * interval):
         state, note = "silent", f"no record for {silence:.0f} s"
     elif "step" not in kinds:
@@ -176,17 +184,17 @@ def _rank(folder: RunFolder, rank: int, live: bool, lost: dict[int, str], freshe
 
 
 def _speeds(ranks: list[RankView]) -> None:
-    """Each rank's step rate over the median's; a running rank below ``SLOW`` of it is slow."""
-    rates = [r.values["steps_per_second"] for r in ranks if r.values["steps_per_second"]]
-    if not rates:
+    """Each rank's own pace over the median rank's; a running rank below ``SLOW`` of it is slow."""
+    paces = [r.values["own_steps_per_second"] for r in ranks if r.values["own_steps_per_second"]]
+    if not paces:
         return
-    median = statistics.median(rates)
+    median = statistics.median(paces)
     for row in ranks:
-        rate = row.values["steps_per_second"]
-        if rate is not None and median > 0:
-            row.speed = rate / median
+        pace = row.values["own_steps_per_second"]
+        if pace is not None and median > 0:
+            row.speed = pace / median
             if row.state == "running" and row.speed < SLOW:
-                row.state, row.note = "slow", f"{row.speed:.2f}x the median step rate"
+                row.state, row.note = "slow", f"{row.speed:.2f}x the median rank's pace"
 
 
 def _budget(folder: RunFolder, live: bool, elapsed: float | None) -> dict[str, Any] | None:
