@@ -133,6 +133,24 @@ def test_a_slow_a_lost_and_a_silent_rank_are_marked(tmp_path: Path) -> None:
     assert "rank 2 lost: killed by SIGKILL" in view.alerts
 
 
+def test_a_replaced_rank_and_one_a_recovery_counted_lost_are_marked(tmp_path: Path) -> None:
+    folder = recorded_run(tmp_path, size=4, closed=False)
+    membership = {"kind": "membership", "rank": 0, "step": 100, "time": 1.0, "lost": "1,3", "replaced": "1", "size": 3}
+    RunLog(rank_file(folder, 0)).write(membership)
+    new = {"kind": "start", "rank": 1, "step": 100, "time": 0.0, "size": 4, "wall_start": time.time()}
+    RunLog(rank_file(folder, 1)).write(new)  # the process that took rank 1 over starts its own records
+    run = RunFolder(folder)
+    run.refresh()
+    view = build(run)
+    assert [(row.state, row.replaced) for row in view.ranks] == [
+        ("running", False),
+        ("starting", True),
+        ("running", False),
+        ("lost", False),
+    ]
+    assert "rank 3 lost: lost at step 100" in view.alerts and "rank 1: a new process took over" in view.alerts
+
+
 def test_malformed_lines_are_skipped_and_counted_never_a_broken_page(served: tuple[Path, str]) -> None:
     folder, address = served
     with open(rank_file(folder, 1), "a") as f:
