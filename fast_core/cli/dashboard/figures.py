@@ -151,7 +151,7 @@ def ranks(view: View, records: Records) -> bytes:
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("seconds since the common start")
         ax.grid(True, alpha=0.3)
-    if 0 < len(records) <= 8:
+    if 0 < len(records) <= 8 and axes[0].lines:
         axes[0].legend(fontsize=7)
     return _svg(fig)
 

@@ -266,6 +266,8 @@ def build(folder: RunFolder, now: float | None = None) -> View:
 def _status(folder: RunFolder, live: bool, quiet: float, elapsed: float | None) -> str:
     """One line on the job as a whole."""
     took = "" if elapsed is None else f" after {elapsed:.1f} s"
+    if live and not folder.ranks:
+        return "waiting for the ranks' first records"
     if live:
         return f"running{took}; last record {max(0.0, quiet):.1f} s ago"
     status = folder.run.get("exit_status")
