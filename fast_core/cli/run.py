@@ -22,7 +22,6 @@ from fast_core.cli.common import (
     CLIError,
     check_strategy,
     new_run_dir,
-    outer_config,
     positive,
     say,
     warn_if_oversubscribed,
@@ -31,6 +30,7 @@ from fast_core.cli.common import (
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
+from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
 from fast_core.runtime.uncaught import cause_of, read_errors
@@ -144,7 +144,7 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(handler=main)
 
 
-def run_config(
+def launch_config(
     args: argparse.Namespace, *, strategy: StrategySpec | None, run_dir: Path, progress: bool, label: str
 ) -> RunConfig:
     """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options;
@@ -164,7 +164,7 @@ def run_config(
     seconds = getattr(args, "budget_seconds", None)
     if seconds is not None and not 0 < seconds < math.inf:
         raise CLIError(f"--budget-seconds {seconds:g}: give the wall-clock seconds to train, > 0 (e.g. 60)")
-    outer = outer_config()
+    outer = run_config()
     samples = getattr(args, "budget_samples", None)
     return replace(
         outer,
@@ -218,14 +218,14 @@ def main(args: argparse.Namespace) -> int:
     if args.module and not args.target:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
-    named = args.strategy or outer_config().strategy  # None: the script's own (all-reduce unless it names one)
+    named = args.strategy or run_config().strategy  # None: the script's own (all-reduce unless it names one)
     spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
     check_strategy(spec, args.topology, args.workers)
     strategy = spec if named else None
     label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
-    config = run_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
+    config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
     shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
     job = Job(
