@@ -13,9 +13,9 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from fast_cli import fast
+from fast_cli import FAST, fast
 
-from fast_core.cli.guard import prefixed
+from fast_core.cli.guard import prefixed, without_redraws
 from fast_core.cli.launch import GUARD
 from fast_core.cli.summary import job_wall_clock, last
 from fast_core.config.run import rank_prefix
@@ -110,6 +110,44 @@ def test_run_shows_the_folder_the_bar_the_rate_and_writes_curves(tmp_path: Path)
     curves = run_dir / "curves.png"
     assert f"fast: loss and accuracy against time: {curves}" in done.stderr
     assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bars_redraws_are_the_lines_a_lone_carriage_return_ends() -> None:
+    keras = "\b\b\r 1/9 ━\b\b\r 2/9 ━━\b\b\r 9/9 ━━━ loss 0.5\n".encode()  # Keras: backspaces, \r, then the draw
+    assert without_redraws(b"epoch 1\n" + keras + b"tail") == "epoch 1\n 9/9 ━━━ loss 0.5\ntail".encode()
+    assert without_redraws(b"\r 10%|#\r 100%|##\n\r\n") == b" 100%|##\n\r\n"  # tqdm's; \r\n ends a whole line
+
+
+BARS = """
+import sys, time
+from mpi4py import MPI
+
+rank = MPI.COMM_WORLD.Get_rank()
+for step in range(5):
+    sys.stderr.write(f"\\rrank {rank} step {step}/5")
+    sys.stderr.flush()
+    time.sleep(0.01)
+sys.stderr.write(f"\\rrank {rank} step 5/5 done\\n")
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("choice, drawn", [(None, []), ("rank0", [0]), ("all", [0, 1])])
+def test_only_the_chosen_ranks_bars_are_redrawn_and_every_last_draw_shows(
+    tmp_path: Path, choice: str | None, drawn: list[int]
+) -> None:
+    """Not a terminal (as in a log): nobody's redraws by default; ``--rank-bars`` picks rank 0's or every rank's."""
+    script = tmp_path / "bars.py"
+    script.write_text(BARS)
+    chosen = [] if choice is None else ["--rank-bars", choice]
+    command = [*FAST, "run", "-n", "2", "--no-progress", *chosen, "--run-dir", str(tmp_path / "run"), str(script)]
+    done = subprocess.run(command, capture_output=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    said = done.stderr.decode()  # as bytes: text mode would turn each \r into a newline
+    assert done.returncode == 0, said
+    redrawn = sorted({int(r) for r in re.findall(r"\[(\d)\] rank \1 step \d/5\r", said)})
+    assert redrawn == drawn, repr(said)
+    for rank in range(2):
+        assert f"[{rank}] rank {rank} step 5/5 done\n" in said, repr(said)
 
 
 def test_a_replacements_guard_prefixes_the_rank_it_took_over_and_records_its_own_ending(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ With ``--lines=prefixed`` (``fast run``'s default) the guard also relays the ran
 own stream, in whole lines with ``[r] `` in front, as ``mpiexec -prepend-rank`` does but under MPICH and Open MPI
 alike; ``--lines=whole`` (``fast run --no-rank-prefix``) relays them without it. One write per batch of whole
 lines, so lines of different ranks never meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's
-redraws pass as they come). The guard tells the rank how it was started (``FAST_GUARD``, its own command line up
+redraws pass as they come); ``--redraws=rank0`` passes only rank 0's redraws and ``--redraws=none`` nobody's (a bar's
+last draw, ended by a newline, always passes), so that ranks' bars neither take turns on one line nor pile up in a
+log. The guard tells the rank how it was started (``FAST_GUARD``, its own command line up
 to ``--``), so that a replacement the survivors spawn (``--max-restarts``) runs under a guard too, given the rank
 it takes over with ``--rank=R``: its lines carry that rank, and a bad ending of its own is recorded beside the lost
 process's (``EXITS/rank<r>.<pid>.json``).
@@ -64,6 +66,15 @@ def relay_lines(source: int, emit: Callable[[bytes], None]) -> None:
         emit(pending)
 
 
+def without_redraws(lines: bytes) -> bytes:
+    """``lines`` less its redraws: a line ended by a lone ``\\r`` is a progress bar drawn again in place (tqdm,
+    Keras), which in a log or beside other ranks' lines only piles up; the bar's last draw ends with a newline and
+    stays."""
+    whole = LINE.findall(lines)
+    rest = lines[sum(map(len, whole)) :]
+    return b"".join(line for line in whole if not line.endswith(b"\r")) + rest
+
+
 def prefixed(prefix: bytes, lines: bytes) -> bytes:
     """``prefix`` in front of every line of ``lines`` (whole lines, maybe a last one without its end)."""
     whole = LINE.findall(lines)
@@ -78,12 +89,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _relay(source: int, target: int, prefix: bytes) -> threading.Thread:
-    """A thread copying the rank's ``source`` to our ``target``, ``prefix`` before each line."""
+def _relay(source: int, target: int, prefix: bytes, redraws: bool) -> threading.Thread:
+    """A thread copying the rank's ``source`` to our ``target``, ``prefix`` before each line; a bar's redraws only
+    if ``redraws``."""
 
     def emit(lines: bytes) -> None:
         try:
-            write_all(target, prefixed(prefix, lines))
+            write_all(target, prefixed(prefix, lines if redraws else without_redraws(lines)))
         except OSError:  # our reader is gone (mpiexec stopping): the rank's output has nowhere to go
             pass
 
@@ -138,28 +150,34 @@ def end_like(status: int) -> None:
 
 LINES_OPTIONS = {"--lines=prefixed": True, "--lines=whole": False}
 """The guard's option when it relays the rank's output in whole lines: with ``[r] `` in front or not."""
-USAGE = "usage: guard.py [--lines=prefixed|--lines=whole] [--rank=R] EXITS -- command [args...]"
+REDRAWS = ("all", "rank0", "none")
+"""``--redraws=``: whose progress-bar redraws the relay passes on (every rank's, rank 0's, nobody's); default all."""
+USAGE = (
+    "usage: guard.py [--lines=prefixed|--lines=whole] [--redraws=all|rank0|none] [--rank=R] EXITS -- command [args...]"
+)
 
 
-def parse(argv: list[str]) -> tuple[bool | None, str | None, Path, list[str]]:
-    """(relay in lines: with the prefix, without, or not at all; the rank given with ``--rank``, else None; EXITS;
-    the rank's command line)."""
-    prefix, rank, args = None, None, argv[1:]
+def parse(argv: list[str]) -> tuple[bool | None, str, str | None, Path, list[str]]:
+    """(relay in lines: with the prefix, without, or not at all; whose redraws pass; the rank given with
+    ``--rank``, else None; EXITS; the rank's command line)."""
+    prefix, redraws, rank, args = None, "all", None, argv[1:]
     while args and args[0].startswith("--") and args[0] != "--":
         option = args.pop(0)
         if option in LINES_OPTIONS:
             prefix = LINES_OPTIONS[option]
+        elif option.startswith("--redraws=") and option[len("--redraws=") :] in REDRAWS:
+            redraws = option[len("--redraws=") :]
         elif option.startswith("--rank=") and option[len("--rank=") :].isdigit():
             rank = option[len("--rank=") :]
         else:
             sys.exit(f"guard.py: unknown option {option}; {USAGE}")
     if len(args) < 3 or args[1] != "--":
         sys.exit(USAGE)
-    return prefix, rank, Path(args[0]), args[2:]
+    return prefix, redraws, rank, Path(args[0]), args[2:]
 
 
 def main(argv: list[str]) -> None:
-    prefix, given_rank, exits, command = parse(argv)
+    prefix, redraws, given_rank, exits, command = parse(argv)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
     pipes = {} if prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
@@ -169,8 +187,10 @@ def main(argv: list[str]) -> None:
     rank = subprocess.Popen(command, close_fds=False, env=env, **pipes)
     relays = []
     if prefix is not None:
-        tag = f"[{given_rank or launch_rank() or '?'}] ".encode() if prefix else b""
-        relays = [_relay(rank.stdout.fileno(), 1, tag), _relay(rank.stderr.fileno(), 2, tag)]
+        number = given_rank or launch_rank()
+        tag = f"[{number or '?'}] ".encode() if prefix else b""
+        shown = redraws == "all" or (redraws == "rank0" and number == "0")
+        relays = [_relay(rank.stdout.fileno(), 1, tag, shown), _relay(rank.stderr.fileno(), 2, tag, shown)]
     status = rank.wait()
     for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it
         relay.join(timeout=2)

@@ -170,6 +170,9 @@ class Job:
     rank_prefix: bool | None = None
     """Under the guard (``exits``, MPICH or Open MPI): True, each rank's output comes in whole lines with ``[r] ``
     in front; False, in whole lines as printed; None, as the rank writes it (the guard does not relay it)."""
+    redraws: str = "all"
+    """Under the guard's relay (``rank_prefix`` not None): whose progress-bar redraws (lines ended by a lone ``\r``)
+    are shown: "all", "rank0" or "none" (a bar's last draw, ended by a newline, always is)."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
@@ -217,7 +220,9 @@ class Job:
                 command += ["--with-ft", "ulfm"]
         guard = []
         if self.exits and kind in GUARDED:
-            lines = [] if self.rank_prefix is None else ["--lines=prefixed" if self.rank_prefix else "--lines=whole"]
+            lines = []
+            if self.rank_prefix is not None:
+                lines = ["--lines=prefixed" if self.rank_prefix else "--lines=whole", f"--redraws={self.redraws}"]
             guard = [sys.executable, "-I", str(GUARD), *lines, str(self.exits), "--"]
         return command + guard + self.target, env
 

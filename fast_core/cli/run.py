@@ -33,7 +33,7 @@ from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
-from fast_core.runtime.uncaught import cause_of, read_errors
+from fast_core.runtime.uncaught import ERRORS, cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
 
 EXITS = "exits"
@@ -138,6 +138,13 @@ def add_parser(subparsers) -> None:
         default=None,
         help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
     )
+    parser.add_argument(
+        "--rank-bars",
+        choices=("rank0", "all", "none"),
+        default=None,
+        help="whose own progress bars (Keras', tqdm's: lines redrawn with \\r) are drawn: default rank0 on a terminal "
+        "without the job's bar, else none (their last draw, a whole line, is always shown)",
+    )
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -227,7 +234,8 @@ def main(args: argparse.Namespace) -> int:
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
-    shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
+    for earlier in (exits, run_dir / ERRORS):  # a reused run folder's earlier endings and errors
+        shutil.rmtree(earlier, ignore_errors=True)
     job = Job(
         target,
         args.workers,
@@ -238,6 +246,7 @@ def main(args: argparse.Namespace) -> int:
         fault_tolerant=config.fault_tolerant,
         spawns=config.max_restarts > 0,
         rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
+        redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
