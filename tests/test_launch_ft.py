@@ -393,3 +393,27 @@ def test_a_fault_tolerant_job_still_fails_when_everybody_died_or_a_rank_failed(
         assert "every one of the 4 ranks was lost" in done.stderr
     else:
         assert re.search(r"rank 1 \(pid \d+, host \S+\) exited with status 3 at step 7", done.stderr), done.stderr
+
+
+def test_a_rank_lost_with_its_guard_is_named_from_the_survivors_records(tmp_path: Path) -> None:
+    """A guard killed on its own takes its rank along and records nothing: the survivors' "membership" records name
+    the loss, the lost process's "start" record its pid and host, and the job that recovered succeeds (issue 31:
+    fast run returned 1 with "lost_ranks": [])."""
+    (tmp_path / "exits").mkdir()
+    lost = [
+        {"kind": "start", "rank": 2, "step": 0, "time": 0.0, "wall_start": 98.0, "pid": 802, "host": "h2"},
+        {"kind": "step", "rank": 2, "step": 7, "time": 1.5},
+        {"kind": "start", "rank": 2, "step": 9, "time": 0.0, "wall_start": 101.0, "pid": 999, "host": "h2"},
+        {"kind": "close", "rank": 2, "step": 31},
+    ]
+    (tmp_path / "rank2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lost))
+    for rank, detected in ((0, 100.2), (1, 100.1)):
+        seen = {"kind": "membership", "rank": rank, "step": 9, "lost": "2", "replaced": "2", "detected_at": detected}
+        (tmp_path / f"rank{rank}.jsonl").write_text(json.dumps(seen) + "\n")
+    status, ending, lines = job_ending(137, _job(), tmp_path)
+    assert status == 0 and ending["survived"] is True and ending["replaced"] == [2]
+    assert [(e["rank"], e["pid"], e["step"], e["wall"]) for e in ending["lost_ranks"]] == [(2, 802, 7, 100.1)]
+    assert lines[0].startswith(
+        "rank 2 (pid 802, host h2) was lost with no record of how it ended (its guard, the process fast run starts "
+        "above it, died too) at step 7"
+    ), lines

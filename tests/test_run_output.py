@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -165,3 +166,29 @@ def test_a_replacements_guard_prefixes_the_rank_it_took_over_and_records_its_own
     (ended,) = exits.glob("rank5.*.json")  # beside the lost process's rank5.json, which it does not replace
     record = json.loads(ended.read_text())
     assert (record["rank"], record["status"], ended.name) == (5, 3, f"rank5.{record['pid']}.json")
+
+
+def test_a_rank_dies_with_its_guard(tmp_path: Path) -> None:
+    """A guard killed on its own (kill -9 of the wrong pid) takes its rank with it: mpiexec, whose child the guard
+    is, sees the loss, and no rank trains on unseen (issue 31: the job recovered, yet fast run said it failed)."""
+    child = tmp_path / "child.pid"
+    rank = f"import os, time; open({str(child)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    guard = [sys.executable, "-I", str(GUARD), "--lines=prefixed", "--rank=1", str(tmp_path / "exits"), "--"]
+    started = subprocess.Popen([*guard, sys.executable, "-c", rank])
+    deadline = time.monotonic() + 30
+    while not (child.is_file() and child.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(child.read_text())
+    started.kill()  # the guard, not the rank
+    started.wait(timeout=10)
+    while Path(f"/proc/{pid}").exists() and _state(pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or _state(pid) == "Z", "the rank outlived its killed guard"
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (Z: a zombie, dead and waiting for its parent to read its status)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"

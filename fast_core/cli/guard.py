@@ -104,6 +104,30 @@ def _relay(source: int, target: int, prefix: bytes, redraws: bool) -> threading.
     return thread
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when its parent dies."""
+
+
+def dying_with_us() -> Callable[[], None] | None:
+    """What the rank runs before its program (Linux): be killed when this guard dies. A guard killed on its own (a
+    kill -9 of the wrong pid) would otherwise leave its rank running, unseen by mpiexec, whose child the guard
+    was: the guard's loss is the rank's, which the survivors recover from like any other. None elsewhere."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing is imported after the fork
+    except (OSError, AttributeError):
+        return None
+    guard = os.getpid()
+
+    def in_the_rank() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != guard:  # the guard died before the line above: nobody would tell us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_the_rank
+
+
 def _ignore(_signum: int, _frame: object) -> None:
     """mpiexec signals each rank's whole process group, so the rank gets Ctrl-C or SIGTERM itself; the guard stays
     to see how it ends. (A handler, not SIG_IGN: a handled signal is reset to default in the rank at exec.)"""
@@ -184,7 +208,7 @@ def main(argv: list[str]) -> None:
     itself = [sys.executable, "-I", str(Path(__file__).resolve()), *argv[1 : argv.index("--") + 1]]
     env = dict(os.environ, FAST_GUARD=json.dumps([a for a in itself if not a.startswith("--rank=")]))
     # MPI's own descriptors (PMI_FD) must reach the rank
-    rank = subprocess.Popen(command, close_fds=False, env=env, **pipes)
+    rank = subprocess.Popen(command, close_fds=False, env=env, preexec_fn=dying_with_us(), **pipes)
     relays = []
     if prefix is not None:
         number = given_rank or launch_rank()

@@ -348,6 +348,28 @@ def with_step(lost: dict, run_dir: Path) -> dict:
     return lost
 
 
+def unrecorded_losses(run_dir: Path, recorded: list[dict]) -> list[dict]:
+    """Ranks the survivors lost (their "membership" records) that no guard's record names: a guard killed itself
+    takes its rank along (``guard.dying_with_us``) and writes nothing. The pid and host come from the lost
+    process's own "start" record; "wall" is when the first survivor learned of the loss."""
+    known = {e["rank"] for e in recorded}
+    records = read_run(run_dir)
+    detected: dict[int, float] = {}
+    for record in (r for rank_records in records.values() for r in rank_records if r["kind"] == "membership"):
+        for number in str(record.get("lost", "")).split(","):
+            if number.strip().isdigit() and int(number) not in known:
+                wall = float(record.get("detected_at") or 0.0)
+                detected[int(number)] = min(wall, detected.get(int(number), wall))
+    found = []
+    for rank, wall in sorted(detected.items()):
+        start = next((r for r in records.get(rank, []) if r.get("kind") == "start"), {})
+        found.append(
+            {"rank": rank, "pid": start.get("pid"), "host": start.get("host"), "signal": None, "status": None,
+             "wall": wall, "unrecorded": True}
+        )
+    return found
+
+
 def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[str]]:
     """How the job ended, from mpiexec's status and the guards' records: the status ``fast run`` returns, what
     run.json adds ("lost": the rank whose loss ended the job; under --fault-tolerant also "lost_ranks", every rank
@@ -358,15 +380,18 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     if not job.fault_tolerant:
         lost = lost_rank(exits, run_dir) if status != 0 else None
         return status, ({"lost": lost} if lost else {}), ([lost_text(lost, job.kind)] if lost else [])
-    endings = [with_step(e, run_dir) for e in bad_exits(exits)]
-    aborted = job.aborted or next((e for e in endings if not e.get("signal") and e.get("status", 0) > 0), None)
+    recorded = bad_exits(exits)
+    endings = [with_step(e, run_dir) for e in recorded + unrecorded_losses(run_dir, recorded)]
+    endings.sort(key=lambda e: e["wall"])
+    aborted = job.aborted or next((e for e in endings if not e.get("signal") and (e.get("status") or 0) > 0), None)
     if aborted is not None:  # a rank's own error is never survived (the launcher stops the others: ULFM's Abort won't)
         cause = with_step(aborted, run_dir)
         before = [e for e in endings if e["wall"] < cause["wall"]]
         line = lost_text(cause, "launcher" if job.aborted is not None else job.kind)
         return status or cause["status"], {"lost": cause, "lost_ranks": [*before, cause], "survived": False}, [line]
     replaced, finished = _replacements(run_dir)
-    if status != 0 and endings and replaced and finished and all(e.get("signal") for e in endings):
+    killed = all(e.get("signal") or e.get("unrecorded") for e in endings)
+    if status != 0 and endings and replaced and finished and killed:
         # Open MPI's launcher reports a killed rank's status once it spawned replacements; the job finished
         ending = {"lost_ranks": endings, "survived": True, "replaced": replaced, "mpiexec_status": status}
         return 0, ending, [survived_text(endings, job.workers, replaced)]
@@ -379,7 +404,8 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     every_lost = len({e["rank"] for e in endings}) >= job.workers and not (replaced and finished)
     if every_lost:  # mpiexec says 0 under ULFM even then
         first = endings[0]
-        status = 128 - first["status"] if first["status"] < 0 else first["status"] or 1
+        ended = first["status"] or 0  # None: a loss no guard recorded
+        status = 128 - ended if ended < 0 else ended or 1
         line = f"every one of the {job.workers} ranks was lost: " + "; ".join(rank_text(e) for e in endings)
         return status, {"lost": first, "lost_ranks": endings, "survived": False}, [line]
     ending = {"lost_ranks": endings, "survived": True, "replaced": replaced}
@@ -421,6 +447,8 @@ def error_text(cause: dict, errors: list[dict]) -> str:
 def rank_text(lost: dict) -> str:
     """A lost rank, how it ended and the step it was at."""
     how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
+    if lost.get("unrecorded"):
+        how = "was lost with no record of how it ended (its guard, the process fast run starts above it, died too)"
     where = ""
     if "step" in lost:
         age = lost.get("record_age")
