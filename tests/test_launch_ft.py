@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -28,6 +29,7 @@ from fast_core.cli.run import job_ending, launch_variables
 from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
 from fast_core.runtime import process
+from fast_core.runtime.startup import STARTING, lost_before_start
 
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
 MPICH = "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 2026"
@@ -242,7 +244,7 @@ def _ended(tmp_path: Path, *endings: tuple[int, str | None, int, float], step: i
 
 def _job(workers: int = 4, aborted: dict | None = None, fault_tolerant: bool = True, kind: str = "openmpi"):
     return types.SimpleNamespace(
-        workers=workers, stopped_by=0, aborted=aborted, fault_tolerant=fault_tolerant, kind=kind
+        workers=workers, stopped_by=0, aborted=aborted, fault_tolerant=fault_tolerant, kind=kind, unstartable=None
     )
 
 
@@ -417,3 +419,66 @@ def test_a_rank_lost_with_its_guard_is_named_from_the_survivors_records(tmp_path
         "rank 2 (pid 802, host h2) was lost with no record of how it ended (its guard, the process fast run starts "
         "above it, died too) at step 7"
     ), lines
+
+
+LOST_BEFORE_MPI = """
+import os, signal, sys, time
+from pathlib import Path
+
+once = Path(sys.argv[1])
+if os.environ.get("OMPI_COMM_WORLD_RANK") == "2" and not once.exists():
+    once.write_text("lost")
+    time.sleep(1.0)  # the others are waiting in their MPI start by then
+    os.kill(os.getpid(), signal.SIGKILL)
+import fast_core
+
+engine = fast_core.init()
+print(f"started {engine.rank} of {engine.size}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_rank_lost_before_mpi_starts_ends_the_job_or_starts_it_again(tmp_path: Path, restarts: int) -> None:
+    """MPI_Init waits for every process, so a rank lost before it leaves the others there for ever (issue 31: past
+    300 s, no message): fast run stops them and names the rank, or launches the job again under --max-restarts."""
+    mpiexec = _ulfm_mpiexec()
+    script = tmp_path / "early.py"
+    script.write_text(LOST_BEFORE_MPI)
+    run_dir = tmp_path / "r"
+    command = [*FAST, "run", "-n", "4", "--no-progress", "--fault-tolerant", "--mpiexec", mpiexec]
+    command += ["--max-restarts", str(restarts), "--run-dir", str(run_dir), str(script), str(tmp_path / "once")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
+    run = json.loads((run_dir / "run.json").read_text())
+    if restarts == 0:
+        assert done.returncode == 128 + 9 and run["before_mpi_start"] is True and run["lost"]["rank"] == 2
+        said = r"rank 2 \(pid \d+, host \S+\) was killed by SIGKILL before its MPI start finished"
+        assert re.search(said, done.stderr), done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert sorted(re.findall(r"started (\d) of 4", done.stdout)) == ["0", "1", "2", "3"], done.stdout
+        assert [e["rank"] for e in run["relaunched_after"]] == [2] and run["exit_status"] == 0
+        assert "before its MPI start: the job starts again (0 restart(s) left)" in done.stderr
+
+
+def test_a_loss_before_the_mpi_start_is_told_by_the_start_marks(tmp_path: Path) -> None:
+    """Only a lost process that never finished its MPI start, while another still waits in its own, stops the job;
+    a script that marks nothing (no fast_core.init()) is never stopped on a guess."""
+    marks = tmp_path / STARTING
+
+    def mark(*names: str) -> None:
+        shutil.rmtree(marks, ignore_errors=True)
+        marks.mkdir()
+        for name in names:
+            (marks / name).touch()
+
+    assert not lost_before_start(tmp_path, 101)  # no marks at all
+    mark("102")
+    assert lost_before_start(tmp_path, 101)  # lost before it even marked; 102 waits
+    mark("101", "102")
+    assert lost_before_start(tmp_path, 101)
+    mark("101", "101.started", "102")
+    assert not lost_before_start(tmp_path, 101)  # its MPI ran: a loss ULFM survives
+    mark("101", "102", "102.started")
+    assert not lost_before_start(tmp_path, 101)  # nobody waits in a start

@@ -31,8 +31,9 @@ from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
-from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
+from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
+from fast_core.runtime.startup import STARTING
 from fast_core.runtime.uncaught import ERRORS, cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
 
@@ -234,8 +235,7 @@ def main(args: argparse.Namespace) -> int:
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
-    for earlier in (exits, run_dir / ERRORS):  # a reused run folder's earlier endings and errors
-        shutil.rmtree(earlier, ignore_errors=True)
+    clear_endings(run_dir)
     job = Job(
         target,
         args.workers,
@@ -247,6 +247,7 @@ def main(args: argparse.Namespace) -> int:
         spawns=config.max_restarts > 0,
         rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
         redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
+        start_marks=run_dir if config.fault_tolerant else None,
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
@@ -267,8 +268,13 @@ def main(args: argparse.Namespace) -> int:
     began = time.monotonic()
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
     shown = JobBar(run_dir, args.workers, label, before) if bar else None
+    relaunched: list[dict] = []  # ranks lost before MPI started, each followed by a new launch
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
+        while job.unstartable is not None and job.variables != (relaunch := launch_again(job, config, run_dir)):
+            relaunched.append(job.unstartable)
+            job = replace(job, variables=relaunch)  # the restarts left, one fewer
+            status = run_job(job, grace=args.grace, show=shown.show if shown else None)
     finally:
         if shown is not None:
             shown.close()
@@ -277,6 +283,8 @@ def main(args: argparse.Namespace) -> int:
         cause = cause_of(errors)
         ending["error"] = {k: cause.get(k) for k in ("rank", "error", "consequence", "peers")}
         lines = [error_text(cause, errors), *lines]
+    if relaunched:
+        ending["relaunched_after"] = relaunched
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
@@ -287,6 +295,25 @@ def main(args: argparse.Namespace) -> int:
     else:
         say(f"run folder: {run_dir}")
     return status
+
+
+def clear_endings(run_dir: Path) -> None:
+    """Forget a reused run folder's (or the launch before's) guard records, errors and start marks."""
+    for earlier in (EXITS, ERRORS, STARTING):
+        shutil.rmtree(run_dir / earlier, ignore_errors=True)
+
+
+def launch_again(job: Job, config: RunConfig, run_dir: Path) -> dict[str, str]:
+    """After a launch stopped because a rank was lost before MPI started (``job.unstartable``): the variables of a
+    new launch with one restart fewer, said, when ``--max-restarts`` has one left (nothing was trained: a new
+    launch of every rank is the lost one's replacement); else the launch's own variables, unchanged."""
+    left = int(job.variables.get(MAX_RESTARTS_VARIABLE, config.max_restarts))
+    if left <= 0:
+        return job.variables
+    say(f"{rank_text(with_step(job.unstartable, run_dir))} before its MPI start: the job starts again ({left - 1} "
+        "restart(s) left)")
+    clear_endings(run_dir)
+    return {**job.variables, MAX_RESTARTS_VARIABLE: str(left - 1)}
 
 
 def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
@@ -380,6 +407,11 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     if not job.fault_tolerant:
         lost = lost_rank(exits, run_dir) if status != 0 else None
         return status, ({"lost": lost} if lost else {}), ([lost_text(lost, job.kind)] if lost else [])
+    if job.unstartable is not None:  # the others waited in MPI_Init for it: fast run stopped them
+        cause = with_step(job.unstartable, run_dir)
+        line = f"{rank_text(cause)} before its MPI start finished: MPI_Init waits for every process, so the others "
+        line += "could not start; fast run stopped them (with --max-restarts K it starts the job again)"
+        return status, {"lost": cause, "lost_ranks": [cause], "survived": False, "before_mpi_start": True}, [line]
     recorded = bad_exits(exits)
     endings = [with_step(e, run_dir) for e in recorded + unrecorded_losses(run_dir, recorded)]
     endings.sort(key=lambda e: e["wall"])
