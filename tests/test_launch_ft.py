@@ -482,3 +482,43 @@ def test_a_loss_before_the_mpi_start_is_told_by_the_start_marks(tmp_path: Path) 
     assert not lost_before_start(tmp_path, 101)  # its MPI ran: a loss ULFM survives
     mark("101", "102", "102.started")
     assert not lost_before_start(tmp_path, 101)  # nobody waits in a start
+
+
+FREEZES = """
+import os, signal
+import numpy as np
+import fast_core
+from fast_core import Budget
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+
+engine = fast_core.init()
+model = SoftmaxRegression(4, 2, optimizer=SGD(0.1), seed=engine.rank)
+worker = fast_core.Worker(model, "dpsgd:ring", engine, budget=Budget(samples=4000)).start()
+while (granted := worker.claim_batch(8)):
+    if engine.rank == 2 and worker.step == 20:
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen, not dead: ULFM alone would never declare it failed
+    model.compute_gradients(np.ones((granted, 4)), np.arange(granted) % 2)
+    worker.run_step(model.optimizer_step)
+worker.close()
+print(f"finished {worker.group.average_params().size} of {engine.size}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_a_frozen_rank_is_killed_by_its_guard_and_survived(tmp_path: Path) -> None:
+    """SIGSTOP under --fault-tolerant: after --freeze-timeout without a heartbeat the guard kills the rank, ULFM
+    declares it failed, the others go on, and fast run names it frozen (issue 31: the job ended after FAST_TIMEOUT)."""
+    mpiexec = _ulfm_mpiexec()
+    script = tmp_path / "freezes.py"
+    script.write_text(FREEZES)
+    run_dir = tmp_path / "r"
+    command = [*FAST, "run", "-n", "4", "--no-progress", "--fault-tolerant", "--freeze-timeout", "3"]
+    command += ["--mpiexec", mpiexec, "--run-dir", str(run_dir), str(script)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAST_TIMEOUT="60")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(re.findall(r"^\[(\d)\] finished 10 of 3$", done.stdout, re.M)) == ["0", "1", "3"], done.stdout
+    frozen = r"rank 2 \(pid \d+, host \S+\) froze \(no heartbeat for 3 s\) and was killed by its guard"
+    assert re.search(frozen, done.stderr), done.stderr
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["survived"] is True and [(e["rank"], e["frozen"]) for e in run["lost_ranks"]] == [(2, 3.0)]

@@ -192,3 +192,36 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "gone"
+
+
+BEATS_THEN_FREEZES = """
+import os, signal, time
+from fast_core.runtime.heartbeat import start_heartbeat
+
+start_heartbeat(int(os.environ["FAST_HEARTBEAT_FD"]))
+time.sleep(1.5)
+os.kill(os.getpid(), {signal})
+"""
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_the_guard_kills_a_rank_whose_heartbeat_stops_and_records_it_frozen(tmp_path: Path, frozen: bool) -> None:
+    """A rank stopped with SIGSTOP beats no more: after --freeze seconds its guard kills it and records it frozen. A
+    rank that has not beaten yet (still importing) is never taken for frozen: it exits as it likes."""
+    exits = tmp_path / "exits"
+    guard = [sys.executable, "-I", str(GUARD), "--lines=prefixed", "--freeze=1", "--rank=3", str(exits), "--"]
+    child = BEATS_THEN_FREEZES.format(signal="signal.SIGSTOP") if frozen else "import time; time.sleep(2.5)"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run([*guard, sys.executable, "-c", child], capture_output=True, timeout=60, env=env)
+    if not frozen:
+        assert done.returncode == 0 and not exits.exists(), done.stderr
+        return
+    assert done.returncode == -9, done.stderr  # the guard ends as its rank did
+    (ended,) = exits.glob("rank3.*.json")
+    record = json.loads(ended.read_text())
+    assert (record["signal"], record["frozen"]) == ("SIGKILL", 1.0)
+
+
+def test_a_freeze_bound_the_peers_would_not_outlast_is_refused(tmp_path: Path) -> None:
+    done = fast("run", "-n", "2", "--freeze-timeout", "200", "--run-dir", str(tmp_path / "r"), chatty(tmp_path))
+    assert done.returncode == 2 and "--freeze-timeout 200 is not below FAST_TIMEOUT (120 s)" in done.stderr

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 """Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx)."""
@@ -133,9 +135,10 @@ def _ignore(_signum: int, _frame: object) -> None:
     to see how it ends. (A handler, not SIG_IGN: a handled signal is reset to default in the rank at exec.)"""
 
 
-def record(exits: Path, pid: int, status: int, given: str | None = None) -> None:
+def record(exits: Path, pid: int, status: int, given: str | None = None, frozen: float | None = None) -> None:
     """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place).
-    ``given``: the rank a replacement took over (``--max-restarts``), recorded beside the lost process's ending."""
+    ``given``: the rank a replacement took over (``--max-restarts``), recorded beside the lost process's ending;
+    ``frozen``: the seconds without a heartbeat after which this guard killed it."""
     rank = given or launch_rank()
     if rank is None:
         return
@@ -147,6 +150,8 @@ def record(exits: Path, pid: int, status: int, given: str | None = None) -> None
         "status": status,
         "wall": time.time(),
     }
+    if frozen is not None:
+        ended["frozen"] = frozen
     exits.mkdir(parents=True, exist_ok=True)
     partial = exits / f".rank{rank}.json.{os.getpid()}"
     partial.write_text(json.dumps(ended) + "\n")
@@ -177,50 +182,110 @@ LINES_OPTIONS = {"--lines=prefixed": True, "--lines=whole": False}
 REDRAWS = ("all", "rank0", "none")
 """``--redraws=``: whose progress-bar redraws the relay passes on (every rank's, rank 0's, nobody's); default all."""
 USAGE = (
-    "usage: guard.py [--lines=prefixed|--lines=whole] [--redraws=all|rank0|none] [--rank=R] EXITS -- command [args...]"
+    "usage: guard.py [--lines=prefixed|--lines=whole] [--redraws=all|rank0|none] [--freeze=SECONDS] [--rank=R] "
+    "EXITS -- command [args...]"
 )
+HEARTBEAT_VARIABLE = "FAST_HEARTBEAT_FD"
+"""Where the guard tells the rank the pipe to beat on (``fast_core.runtime.heartbeat``), under ``--freeze``."""
 
 
-def parse(argv: list[str]) -> tuple[bool | None, str, str | None, Path, list[str]]:
-    """(relay in lines: with the prefix, without, or not at all; whose redraws pass; the rank given with
-    ``--rank``, else None; EXITS; the rank's command line)."""
-    prefix, redraws, rank, args = None, "all", None, argv[1:]
+class Options(NamedTuple):
+    prefix: bool | None
+    """Relay the rank's output in lines: with the prefix (True), without (False), or not at all (None)."""
+    redraws: str
+    """Whose progress-bar redraws pass (``REDRAWS``)."""
+    rank: str | None
+    """The rank given with ``--rank`` (a replacement's), else None: the launcher's."""
+    freeze: float
+    """Seconds without a heartbeat after which the rank is taken for frozen and killed; 0: never."""
+    exits: Path
+    command: list[str]
+
+
+def parse(argv: list[str]) -> Options:
+    """The guard's options, EXITS and the rank's command line."""
+    prefix, redraws, rank, freeze, args = None, "all", None, 0.0, argv[1:]
     while args and args[0].startswith("--") and args[0] != "--":
         option = args.pop(0)
+        name, _, value = option.partition("=")
         if option in LINES_OPTIONS:
             prefix = LINES_OPTIONS[option]
-        elif option.startswith("--redraws=") and option[len("--redraws=") :] in REDRAWS:
-            redraws = option[len("--redraws=") :]
-        elif option.startswith("--rank=") and option[len("--rank=") :].isdigit():
-            rank = option[len("--rank=") :]
+        elif name == "--redraws" and value in REDRAWS:
+            redraws = value
+        elif name == "--rank" and value.isdigit():
+            rank = value
+        elif name == "--freeze" and _seconds(value) is not None:
+            freeze = _seconds(value)
         else:
             sys.exit(f"guard.py: unknown option {option}; {USAGE}")
     if len(args) < 3 or args[1] != "--":
         sys.exit(USAGE)
-    return prefix, redraws, rank, Path(args[0]), args[2:]
+    return Options(prefix, redraws, rank, freeze, Path(args[0]), args[2:])
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < float("inf") else None
+
+
+def _watch_heartbeat(beats: int, rank: subprocess.Popen, freeze: float, frozen: threading.Event) -> threading.Thread:
+    """A thread reading the rank's heartbeat pipe (``beats``): once the rank has beaten, ``freeze`` seconds without
+    a beat (stopped with SIGSTOP, hung with the interpreter held) make it kill the rank and set ``frozen``. Before
+    the first beat (the rank still importing) nothing is expected; the pipe's end (the rank gone) ends the watch."""
+
+    def watch() -> None:
+        beaten = False
+        while True:
+            ready, _, _ = select.select([beats], [], [], freeze if beaten else None)
+            if not ready:  # no beat within the bound
+                frozen.set()
+                try:
+                    rank.send_signal(signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+            if not os.read(beats, 4096):
+                return
+            beaten = True
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: list[str]) -> None:
-    prefix, redraws, given_rank, exits, command = parse(argv)
+    options = parse(argv)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
-    pipes = {} if prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    pipes = {} if options.prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     itself = [sys.executable, "-I", str(Path(__file__).resolve()), *argv[1 : argv.index("--") + 1]]
     env = dict(os.environ, FAST_GUARD=json.dumps([a for a in itself if not a.startswith("--rank=")]))
+    beats = beating = None
+    if options.freeze > 0:
+        beats, beating = os.pipe()
+        os.set_inheritable(beating, True)  # the rank's, across its exec
+        env[HEARTBEAT_VARIABLE] = str(beating)
     # MPI's own descriptors (PMI_FD) must reach the rank
-    rank = subprocess.Popen(command, close_fds=False, env=env, preexec_fn=dying_with_us(), **pipes)
+    rank = subprocess.Popen(options.command, close_fds=False, env=env, preexec_fn=dying_with_us(), **pipes)
+    frozen = threading.Event()
+    if beats is not None:
+        os.close(beating)  # the rank holds the only writing end: its death ends the pipe
+        _watch_heartbeat(beats, rank, options.freeze, frozen)
     relays = []
-    if prefix is not None:
-        number = given_rank or launch_rank()
-        tag = f"[{number or '?'}] ".encode() if prefix else b""
-        shown = redraws == "all" or (redraws == "rank0" and number == "0")
+    if options.prefix is not None:
+        number = options.rank or launch_rank()
+        tag = f"[{number or '?'}] ".encode() if options.prefix else b""
+        shown = options.redraws == "all" or (options.redraws == "rank0" and number == "0")
         relays = [_relay(rank.stdout.fileno(), 1, tag, shown), _relay(rank.stderr.fileno(), 2, tag, shown)]
     status = rank.wait()
     for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it
         relay.join(timeout=2)
     if status != 0:
         try:
-            record(exits, rank.pid, status, given_rank)
+            record(options.exits, rank.pid, status, options.rank, options.freeze if frozen.is_set() else None)
         except OSError as exc:  # never in the way of the ending itself
             print(f"fast: could not record how rank ended: {exc}", file=sys.stderr)
     end_like(status)

@@ -178,6 +178,9 @@ class Job:
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
     """The mpiexec's flavour (``flavour``), once ``command`` has run."""
+    freeze_seconds: float = 0.0
+    """Under the guard: seconds a rank may go without a heartbeat (``fast_core.runtime.heartbeat``) before its guard
+    takes it for frozen and kills it, so that the others (under ULFM) survive it like a dead one; 0: never."""
     start_marks: Path | None = None
     """Under ``fault_tolerant``: the run folder where ranks mark their MPI start (``fast_core.runtime.startup``), so a
     rank lost before MPI started, which leaves the others waiting in MPI_Init for ever, ends the job instead."""
@@ -230,6 +233,8 @@ class Job:
             lines = []
             if self.rank_prefix is not None:
                 lines = ["--lines=prefixed" if self.rank_prefix else "--lines=whole", f"--redraws={self.redraws}"]
+            if self.freeze_seconds > 0:
+                lines.append(f"--freeze={self.freeze_seconds:g}")
             guard = [sys.executable, "-I", str(GUARD), *lines, str(self.exits), "--"]
         return command + guard + self.target, env
 

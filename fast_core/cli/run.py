@@ -140,6 +140,15 @@ def add_parser(subparsers) -> None:
         help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
     )
     parser.add_argument(
+        "--freeze-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a rank without a heartbeat for S seconds (stopped, or hung holding the interpreter) is killed by its "
+        "guard: under --fault-tolerant the others then go on without it; 0: never (default: half of FAST_TIMEOUT "
+        "under --fault-tolerant, else never)",
+    )
+    parser.add_argument(
         "--rank-bars",
         choices=("rank0", "all", "none"),
         default=None,
@@ -248,6 +257,7 @@ def main(args: argparse.Namespace) -> int:
         rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
         redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
         start_marks=run_dir if config.fault_tolerant else None,
+        freeze_seconds=freeze_seconds(args.freeze_timeout, config),
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
@@ -295,6 +305,22 @@ def main(args: argparse.Namespace) -> int:
     else:
         say(f"run folder: {run_dir}")
     return status
+
+
+def freeze_seconds(given: float | None, config: RunConfig) -> float:
+    """The bound a rank may go without a heartbeat before its guard kills it: ``--freeze-timeout``, else under
+    ``--fault-tolerant`` half of FAST_TIMEOUT (the others' waits must outlast it, or they time out first), else
+    never (a frozen rank's peers then end the job with a PeerTimeout naming it)."""
+    if given is not None:
+        if not 0 <= given < math.inf:
+            raise CLIError(f"--freeze-timeout {given:g}: give the seconds without a heartbeat, >= 0 (0: never)")
+        if given and config.timeout <= given:
+            raise CLIError(
+                f"--freeze-timeout {given:g} is not below FAST_TIMEOUT ({config.timeout:g} s): the other ranks would "
+                "stop waiting for a frozen rank before its guard kills it; give fewer seconds (or raise FAST_TIMEOUT)"
+            )
+        return given
+    return config.timeout / 2 if config.fault_tolerant and math.isfinite(config.timeout) else 0.0
 
 
 def clear_endings(run_dir: Path) -> None:
@@ -479,7 +505,9 @@ def error_text(cause: dict, errors: list[dict]) -> str:
 def rank_text(lost: dict) -> str:
     """A lost rank, how it ended and the step it was at."""
     how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
-    if lost.get("unrecorded"):
+    if lost.get("frozen") is not None:
+        how = f"froze (no heartbeat for {lost['frozen']:g} s) and was killed by its guard"
+    elif lost.get("unrecorded"):
         how = "was lost with no record of how it ended (its guard, the process fast run starts above it, died too)"
     where = ""
     if "step" in lost:

@@ -51,6 +51,9 @@ MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
 """0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
 the launcher only."""
+HEARTBEAT_VARIABLE = "FAST_HEARTBEAT_FD"
+"""The pipe a rank beats on, which its guard watches (``fast run --freeze-timeout``; set by the guard, never by
+hand: ``fast_core.runtime.heartbeat``)."""
 GUARD_VARIABLE = "FAST_GUARD"
 """Set by ``fast run``'s guard (fast_core/cli/guard.py) for the rank below it: the guard's command line up to
 ``--``, as a JSON list, so that a replacement process is started below a guard of its own."""
@@ -90,6 +93,8 @@ class RunConfig:
     MPI engine."""
     max_restarts: int = 0
     """Lost ranks the fault-tolerant job replaces with new processes (FAST_MAX_RESTARTS); the others go on without."""
+    heartbeat_fd: int | None = None
+    """The pipe this rank beats on for its guard (FAST_HEARTBEAT_FD), or None: no guard watches for a freeze."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
@@ -123,6 +128,7 @@ class RunConfig:
             budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
             fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
             max_restarts=_whole(text(MAX_RESTARTS_VARIABLE), MAX_RESTARTS_VARIABLE, "2", minimum=0) or 0,
+            heartbeat_fd=_whole(text(HEARTBEAT_VARIABLE), HEARTBEAT_VARIABLE, "5", minimum=0),
         )
 
     def to_environment(self) -> dict[str, str]:
@@ -144,6 +150,7 @@ class RunConfig:
             BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
             FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
             MAX_RESTARTS_VARIABLE: str(self.max_restarts),
+            HEARTBEAT_VARIABLE: "" if self.heartbeat_fd is None else str(self.heartbeat_fd),
         }
 
     @property

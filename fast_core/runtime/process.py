@@ -15,6 +15,7 @@ from fast_core.config.run import check_timeout
 from fast_core.engine import Engine, default_engine
 from fast_core.engine.collectives import JOB
 from fast_core.runtime import startup, uncaught
+from fast_core.runtime.heartbeat import start_heartbeat
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -39,6 +40,8 @@ def init(timeout: float | None = None) -> Engine:
             )
             if marked:
                 startup.mark_started(config.run_dir)
+            if config.heartbeat_fd is not None:  # under a guard that watches for a freeze
+                start_heartbeat(config.heartbeat_fd)
             if config.run_dir is not None:  # under fast run: an uncaught error reaches its closing line
                 uncaught.install(config.run_dir, _engine.rank)
         return _engine
