@@ -1,7 +1,10 @@
 """The run folder `fast run` gives a job: one JSON-lines file of records per rank, and how to read them back.
 
-A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus"), ``rank``,
-``step``, ``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
+A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus", "membership"),
+``rank``, ``step``, ``time`` (seconds since the worker started) and numbers: what the script recorded, the worker's
+counters (cumulative: ``bytes_sent``, ``wait_seconds``, ``compute_seconds``, ``mean_staleness``,
+``refused_messages``, ...), the last ``consensus_distance`` computed, ``samples_left`` under a sample budget, and in
+"step" records ``steps_per_second`` since the previous one. The launcher passes the folder and its options to the
 ranks through the run configuration (``fast_core.config.run``), so scripts need no argument parsing.
 """
 
