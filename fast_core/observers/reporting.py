@@ -4,8 +4,9 @@ Scripts hand over what only they know (``worker.records.step(loss=..., samples=.
 ``worker.records.epoch(val_accuracy=...)``, ``worker.records.result(test_accuracy=...)``); the Reporter adds the
 step count and the worker's counters (bytes, waits, staleness, the last consensus distance the script computed,
 the samples a sample budget has left) and writes a "step" record every ``FAST_LOG_EVERY`` steps, with the steps per
-second since the last one. Nothing here is collective, and without the environment variables that `fast run` sets
-the Worker has no Reporter at all.
+second since the last one. Each record goes to the run folder and, when asked for, to TensorBoard
+(``fast_core.observers.tensorboard``): the same record to both. Nothing here is collective, and without the
+environment variables that `fast run` sets (or a Worker's ``tensorboard=``) the Worker has no Reporter at all.
 
 Times, for honest job figures (``fast bench``): every record's ``time`` counts seconds since the worker's start,
 which is collective, so it is the job's common start on every rank; the "start" record also holds it as wall-clock
@@ -28,19 +29,10 @@ from fast_core.metrics import Metrics
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, Recorded, Recovered, Started, StepEnded
 from fast_core.observers.progress import ProgressBar, print_record
-from fast_core.observers.runlog import RunLog, rank_file
+from fast_core.observers.runlog import COUNTERS, RunLog, rank_file
 from fast_core.observers.straggler import Straggler
+from fast_core.observers.tensorboard import TensorBoard
 
-METRICS = (
-    "bytes_sent",
-    "bytes_received",
-    "messages_sent",
-    "wait_seconds",
-    "mean_staleness",
-    "staleness_max",
-    "refused_messages",
-)
-"""The worker's counters copied into every record (cumulative), besides the consensus distance."""
 SUMMED = "samples"
 """The one recorded value that adds up (a running total); every other value is averaged between records."""
 
@@ -59,10 +51,13 @@ class Reporter(Observer):
         verbose: bool,
         label: str = "",
         straggler: Straggler | None = None,
+        tensorboard: Path | None = None,
     ) -> None:
         self.rank = rank
         self.every = every
         self.log = RunLog(rank_file(run_dir, rank)) if run_dir is not None else None
+        self.tensorboard = TensorBoard(tensorboard, rank) if tensorboard is not None else None
+        """The same records as TensorBoard scalars (``fast_core.observers.tensorboard``), made before training."""
         self._progress = progress and rank == 0
         self._verbose = verbose
         self._label = label
@@ -155,7 +150,7 @@ class Reporter(Observer):
     def _emit(self, step: int, kind: str, values: dict[str, Any]) -> None:
         metrics = self._metrics.as_dict()
         record = {"kind": kind, "rank": self.rank, "step": step, "time": time.perf_counter() - self._start}
-        record.update({key: metrics[key] for key in METRICS})
+        record.update({key: metrics[key] for key in COUNTERS})
         record["compute_seconds"] = self._compute
         record["consensus_distance"] = metrics["consensus_distance"]
         if metrics["samples_left"] is not None:
@@ -167,6 +162,8 @@ class Reporter(Observer):
             self._last_step = step
         if self.log is not None:
             self.log.write(record)
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
         if self._bar is not None and kind in ("step", "epoch"):
             self._bar.show(record)
         if self._verbose and (self._bar is None or kind not in ("step", "epoch")):

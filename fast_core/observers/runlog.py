@@ -16,6 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+COUNTERS = (
+    "bytes_sent",
+    "bytes_received",
+    "messages_sent",
+    "wait_seconds",
+    "mean_staleness",
+    "staleness_max",
+    "refused_messages",
+)
+"""The worker's counters copied into every record (cumulative), besides ``compute_seconds``, the consensus distance
+and the samples left."""
 RUN_FILE = "run.json"
 """The launcher's description of the job (command, ranks, strategy, exit code) in the run folder."""
 
