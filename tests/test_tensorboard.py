@@ -75,9 +75,11 @@ def test_a_folder_that_cannot_be_written_is_one_line_before_training(tmp_path: P
     blocker, script = tmp_path / "file", tmp_path / "never_run.py"
     blocker.write_text("not a folder")
     script.write_text("raise SystemExit('a rank started')\n")
-    folder = blocker / "tb"
+    folder, model = blocker / "tb", SoftmaxRegression(4, 2)
     with pytest.raises(ConfigError, match=r"TensorBoard folder .*file/tb: cannot write there"):
-        LocalCluster(1).run(lambda engine: Worker(SoftmaxRegression(4, 2), "allreduce", engine, tensorboard=folder))
+        LocalCluster(1).run(lambda engine: Worker(model, None, engine, tensorboard=folder))
+    with pytest.raises(ConfigError, match="observers= or tensorboard=, not both"):
+        LocalCluster(1).run(lambda engine: Worker(model, None, engine, observers=[], tensorboard=tmp_path))
     done = fast("run", "-n", "2", "--tensorboard", str(folder), "--run-dir", str(tmp_path / "run"), str(script))
     assert done.returncode != 0 and done.stderr.startswith("fast: error: TensorBoard folder"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -125,12 +125,10 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument(
         "--tensorboard",
-        nargs="?",
-        const="",
+        type=Path,
         metavar="DIR",
         help="every rank writes its records as TensorBoard scalars there too, while the job runs (DIR/rank<r>, the "
-        "job's in DIR/job; no DIR: the run folder's tensorboard/); needs pip install 'fast-training[tensorboard]' "
-        "(FAST_TENSORBOARD)",
+        "job's in DIR/job); needs pip install 'fast-training[tensorboard]' (FAST_TENSORBOARD)",
     )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
@@ -193,7 +191,7 @@ def launch_config(
         straggler_rank=rank,
         straggler_seconds=fixed,
         run_dir=run_dir.resolve(),
-        tensorboard=tensorboard_folder(args, run_dir),
+        tensorboard=tensorboard_folder(args),
         log_every=args.log_every,
         progress=progress,
         verbose=args.verbose,
@@ -203,13 +201,11 @@ def launch_config(
     )
 
 
-def tensorboard_folder(args: argparse.Namespace, run_dir: Path) -> Path | None:
-    """Where ``--tensorboard`` asks the ranks to write (the run folder's tensorboard/ when it names none), checked
-    here once (created, writable, the writer installed) so that a bad one is one line before any rank starts."""
+def tensorboard_folder(args: argparse.Namespace) -> Path | None:
+    """Where ``--tensorboard`` asks the ranks to write, checked here once (created, writable, the writer installed)
+    so that a bad one is one line before any rank starts."""
     named = getattr(args, "tensorboard", None)
-    if named is None:
-        return None
-    return check_folder((Path(named) if named else run_dir / "tensorboard").resolve())
+    return None if named is None else check_folder(named.resolve())
 
 
 def launch_variables(config: RunConfig) -> dict[str, str]:

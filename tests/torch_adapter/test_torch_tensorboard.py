@@ -50,13 +50,14 @@ def test_the_optimizer_writes_its_records_to_tensorboard(tmp_path: Path) -> None
 @pytest.mark.mpi
 def test_the_torch_example_under_fast_run_writes_tensorboard(tmp_path: Path) -> None:
     """``fast run -n 2 --tensorboard`` of examples/torch_mnist1d.py: every scalar is its record's value."""
-    run_dir = tmp_path / "run"
+    run_dir, tensorboard = tmp_path / "run", tmp_path / "tb"
     done = fast(
-        "run", "-n", "2", "--no-progress", "--tensorboard", "--run-dir", str(run_dir), "--log-every", "5",
+        "run", "-n", "2", "--no-progress", "--tensorboard", str(tensorboard), "--run-dir", str(run_dir),
+        "--log-every", "5",
         "-m", "fast_examples.torch_mnist1d", "--data", "digits", "--epochs", "2", "--snapshot-every", "0.05",
         timeout=200,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    runs = check_against_records(run_dir / "tensorboard", run_dir)
+    runs = check_against_records(tensorboard, run_dir)
     assert len(runs["rank0"]["epoch/val_accuracy"]) >= 2 and len(runs["job"]["consensus/val_accuracy"]) >= 3
     assert runs["job"]["job/consensus_distance"] and runs["job"]["job/samples_left"][-1][2] < 2 * 16
