@@ -4,6 +4,7 @@ wall time."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from fast_core.engine import Engine  # noqa: E402
 from fast_core.model.numpy_model import SGD, SoftmaxRegression  # noqa: E402
 from fast_core.observers.runlog import read_run  # noqa: E402
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS  # noqa: E402
+from fast_core.observers.tensorboard import check_folder  # noqa: E402
 from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve  # noqa: E402
 
 
@@ -96,6 +98,12 @@ def test_fast_run_writes_the_records_as_scalars(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     runs = check_against_records(tensorboard, run_dir)
     assert runs["rank1"]["step/loss"] and runs["job"]["job/samples_left"][-1][2] == 0.0
+
+
+def test_a_missing_tensorboardx_is_one_line_naming_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"need tensorboardX: pip install 'fast-training\[tensorboard\]'$"):
+        check_folder(tmp_path)
 
 
 def test_the_writer_loads_no_framework(tmp_path: Path) -> None:
