@@ -26,13 +26,22 @@ X, Y = synthetic_classification(n_samples=1200, n_features=10, n_classes=3, seed
 
 
 def train(
-    engine, strategy: str, victim: int | None, cluster: LocalCluster, ahead: bool = False, run_dir: Path | None = None
+    engine,
+    strategy: str,
+    victim: int | None,
+    cluster: LocalCluster,
+    ahead: bool = False,
+    run_dir: Path | None = None,
+    tensorboard: Path | None = None,
 ) -> dict:
     """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP. ``ahead``: each batch's
-    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit)."""
+    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit). ``run_dir``
+    and ``tensorboard``: where the records go."""
     me = engine.rank
     model = SoftmaxRegression(X.shape[1], 3, seed=me)
-    observers = [] if run_dir is None else [Reporter(me, run_dir, 1000, progress=False, verbose=False)]
+    observers = []
+    if run_dir is not None:
+        observers = [Reporter(me, run_dir, 1000, progress=False, verbose=False, tensorboard=tensorboard)]
     worker = Worker(model, strategy, engine, observers=observers, budget=Budget(samples=BUDGET))
     worker.start()
     shard = shard_indices(len(Y), engine.rank, engine.size)

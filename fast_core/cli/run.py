@@ -33,6 +33,7 @@ from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
+from fast_core.observers.tensorboard import check_folder
 from fast_core.runtime.startup import STARTING
 from fast_core.runtime.uncaught import ERRORS, cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
@@ -123,6 +124,13 @@ def add_parser(subparsers) -> None:
         help="with --fault-tolerant (implied): start a new process for each of the first K ranks lost; it takes "
         "the survivors' model, step and optimizer state and the lost rank's place (FAST_MAX_RESTARTS)",
     )
+    parser.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help="every rank writes its records as TensorBoard scalars there too, while the job runs (DIR/rank<r>, the "
+        "job's in DIR/job); needs pip install 'fast-training[tensorboard]' (FAST_TENSORBOARD)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
         "--progress",
@@ -193,6 +201,7 @@ def launch_config(
         straggler_rank=rank,
         straggler_seconds=fixed,
         run_dir=run_dir.resolve(),
+        tensorboard=tensorboard_folder(args),
         log_every=args.log_every,
         progress=progress,
         verbose=args.verbose,
@@ -200,6 +209,13 @@ def launch_config(
         fault_tolerant=bool(getattr(args, "fault_tolerant", False) or getattr(args, "max_restarts", 0)),
         max_restarts=getattr(args, "max_restarts", 0) or 0,
     )
+
+
+def tensorboard_folder(args: argparse.Namespace) -> Path | None:
+    """Where ``--tensorboard`` asks the ranks to write, checked here once (created, writable, the writer installed)
+    so that a bad one is one line before any rank starts."""
+    named = getattr(args, "tensorboard", None)
+    return None if named is None else check_folder(named.resolve())
 
 
 def launch_variables(config: RunConfig) -> dict[str, str]:
@@ -265,6 +281,8 @@ def main(args: argparse.Namespace) -> int:
     tolerant = ", fault-tolerant (Open MPI with ULFM)" if config.fault_tolerant else ""
     say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}{tolerant}")
     say(f"run folder: {run_dir}")
+    if config.tensorboard is not None:
+        say(f"TensorBoard: tensorboard --logdir {config.tensorboard}")
     write_run_file(
         run_dir,
         **started(args),
@@ -274,6 +292,7 @@ def main(args: argparse.Namespace) -> int:
         budget_samples=config.budget_samples,
         budget_seconds=config.budget_seconds,
         fault_tolerant=config.fault_tolerant,
+        tensorboard=None if config.tensorboard is None else str(config.tensorboard),
     )
     began = time.monotonic()
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after

@@ -11,6 +11,7 @@ reads no environment variable itself: the run configuration is resolved before i
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -38,6 +39,9 @@ class Worker:
     else all-reduce). ``observers``: None takes those the run configuration asks for (a reporter and a straggler
     under ``fast run``); pass a list (maybe empty) to choose. ``budget``: a shared work budget
     (``fast_core.Budget``), or None for the run configuration's (``fast run --budget-samples``, else none).
+    ``tensorboard``: a folder where this rank writes its records as TensorBoard scalars too
+    (``fast_core.observers.tensorboard``; the ``tensorboard`` extra), or None for the run configuration's (``fast run
+    --tensorboard``).
     ``broadcast_start``: rank 0's parameters are every rank's start (the default); False keeps each rank's own,
     refused for strategies that need an equal start (``Strategy.needs_equal_start``: choco, diloco).
     """
@@ -53,8 +57,9 @@ class Worker:
         observers: Sequence[Observer] | None = None,
         config: RunConfig | None = None,
         budget: Budget | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
     ) -> None:
-        parts = wire(model, strategy, engine, config, observers=observers, budget=budget)
+        parts = wire(model, strategy, engine, config, observers=observers, budget=budget, tensorboard=tensorboard)
         self.model, self.engine, self.strategy = model, engine, parts.strategy
         self.metrics, self.context = parts.metrics, parts.context
         self.group, self.claims = parts.group, parts.claims
