@@ -22,7 +22,7 @@ LAYERS = {
     "adapters": (
         8 * STEP, [("fast_torch\nDistributedOptimizer", 0), ("fast_tf\nCallback", 2), ("fast_jax\ndistributed", 3)]
     ),
-    "cli/": (7 * STEP, [("cli/run.py\nStrategySpec.parse", 4), ("cli/common.py\nouter_config", 5)]),
+    "cli/": (7 * STEP, [("cli/run.py\nStrategySpec.parse", 4)]),
     "runtime/": (
         6 * STEP,
         [("worker.py\nclock, 2 hooks", 0), ("group.py claims.py\nrecorder.py", 2), ("process.py\ninit()", 3),
@@ -94,7 +94,7 @@ def main() -> None:
     # path 2: a strategy string into a running strategy
     arrow(ax, "fast run", "cli/run.py", GREY, "a parse once", at=(0.1, 0.0))
     arrow(ax, "cli/run.py", "config/\nRunConfig", GREY, "b str(spec) in FAST_STRATEGY", at=(0.15, -1.2), bend=-0.15)
-    arrow(ax, "config/current.py", "process.py", GREY, "c one read per rank", at=(0.55, 0.3), bend=0.2)
+    arrow(ax, "config/current.py", "process.py", GREY, "c one read per process", at=(0.55, 0.3), bend=0.2)
     arrow(ax, "builder.py", "spec.py", GREY, "d resolve: parse once, build()", at=(0.1, 0.6))
     arrow(ax, "builder.py", "worker.py", GREY, "e the wired Worker", at=(-1.6, 0.6), bend=0.2)
     ax.text(-1.5, -0.55, "blue: path 1, a torch parameter into a mixing step (D-PSGD), on the trainer's thread.   "

@@ -25,6 +25,9 @@ class Metrics:
     """Samples this rank trained, as granted by ``Worker.claim_batch``."""
     job_samples: int | None = None
     """Samples the whole job trained, summed in ``close()`` under a shared work budget (None before, or without)."""
+    samples_left: int | None = None
+    """Samples the job's sample budget has left as this rank last knew it (None without one): exact on rank 0 and
+    under a synchronous strategy; elsewhere, under an asynchronous one, as rank 0's last grant said."""
     refused_messages: int = 0
     """Messages from neighbours left out because they held NaN or Inf (``fast_core.strategies.integrity``)."""
     started: float = field(default_factory=time.perf_counter)

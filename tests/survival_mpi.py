@@ -1,6 +1,7 @@
 """Run under Open MPI with ULFM: ``mpiexec --with-ft ulfm -n 4 python -m mpi4py tests/survival_mpi.py STRATEGY
 VICTIMS OUT [SAMPLES]``. Softmax regression on the digits, a shared sample budget; each rank in VICTIMS (launch
-numbers with the step at which each kills itself with SIGKILL, e.g. ``2@30,1@60``) dies there, and the survivors
+numbers with the step at which each kills itself with SIGKILL, e.g. ``2@30,1@60``; ``2@start`` before the
+Worker's start) dies there, and the survivors
 go on. Every survivor writes ``OUT/rank<launch number>.json``: what it saw, for tests/test_survival_mpi.py and
 benchmarks/chaos.py."""
 
@@ -23,11 +24,23 @@ from fast_core.model.numpy_model import SoftmaxRegression
 BATCH = 32
 
 
+BEFORE_START = -1
+"""The step of a victim that dies before the Worker's start (``2@start``), while the others are in it."""
+
+
 def victims(text: str) -> dict[int, int]:
-    """``2@30,1@60`` -> {2: 30, 1: 60}; ``-`` for none."""
+    """``2@30,1@60`` -> {2: 30, 1: 60}; ``2@start`` -> {2: BEFORE_START}; ``-`` for none."""
     if text in ("", "-"):
         return {}
-    return {int(rank): int(step) for rank, step in (item.split("@") for item in text.split(","))}
+    items = (item.split("@") for item in text.split(","))
+    return {int(rank): BEFORE_START if step == "start" else int(step) for rank, step in items}
+
+
+def die(out: Path, me: int, step: int) -> None:
+    """SIGKILL this process, first saying when (``OUT/killed<me>.json``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"killed{me}.json").write_text(json.dumps({"at": time.time(), "step": step}))
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main() -> None:
@@ -45,15 +58,16 @@ def main() -> None:
     shard = shard_indices(len(y), engine.rank, engine.size)
     model = SoftmaxRegression(x.shape[1], 10, seed=me)
     worker = Worker(model, strategy, engine, observers=[], budget=Budget(samples=samples))
+    if doomed.get(me) == BEFORE_START:
+        time.sleep(0.5)  # the others are in the start's collectives by then
+        die(out, me, BEFORE_START)
     worker.start()
     started = time.time()
     epoch = 0
     while True:
         for xb, yb in batches(x[shard], y[shard], BATCH, epoch=epoch, seed=me):
             if doomed.get(me) == worker.step:
-                out.mkdir(parents=True, exist_ok=True)
-                (out / f"killed{me}.json").write_text(json.dumps({"at": time.time(), "step": worker.step}))
-                os.kill(os.getpid(), signal.SIGKILL)
+                die(out, me, worker.step)
             granted = worker.claim_batch(BATCH)
             if granted == 0:
                 break

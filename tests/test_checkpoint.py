@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpirun import TESTS, run_mpi
 from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import Budget, LocalCluster, Worker
@@ -78,6 +79,21 @@ def test_saved_on_four_ranks_it_resumes_on_two_and_on_eight_with_the_average_and
             assert header["ranks"] == 4 and header["extra"] == {"note": "adagrad"}
             assert "DPSGD" in header["strategy"]
     assert [name for name in os.listdir(tmp_path)] == ["job.ckpt"]  # no temporary file left
+
+
+@pytest.mark.mpi
+def test_under_mpiexec_saved_on_four_ranks_it_resumes_on_two_with_the_average(tmp_path: Path) -> None:
+    """The same save and load across real MPI launches (tests/checkpoint_mpi.py): 4 ranks save, 2 load."""
+    path = str(tmp_path / "job.ckpt")
+    run_mpi(4, TESTS / "checkpoint_mpi.py", "save", path, str(tmp_path), timeout=120)
+    saved = [np.load(tmp_path / f"save{rank}.npz") for rank in range(4)]
+    run_mpi(2, TESTS / "checkpoint_mpi.py", "load", path, str(tmp_path), timeout=120)
+    for rank in range(2):
+        loaded = np.load(tmp_path / f"load{rank}.npz")
+        np.testing.assert_allclose(loaded["params"], np.mean([s["params"] for s in saved], axis=0), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(loaded["state"], np.mean([s["state"] for s in saved], axis=0), rtol=0, atol=1e-12)
+        assert int(loaded["step"]) == STEPS
+    assert not np.allclose(saved[0]["params"], saved[1]["params"])  # the ranks differed: a real average
 
 
 def _budgeted(engine: Engine, path: str, resume: bool, samples: int) -> tuple[int, int, int]:

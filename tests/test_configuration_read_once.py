@@ -1,6 +1,6 @@
 """Configuration is read once (issue 30): the source calls the environment reader (``RunConfig.from_environment``, or
-the older ``fast_core.config.run.environment()``) in one place for a rank process, ``fast_core.run_config()``, and
-in one place for the ``fast`` command, ``fast_core.cli.common.outer_config()``; everything else is handed values.
+the older ``fast_core.config.run.environment()``) in one place, ``fast_core.run_config()``, which a rank process and
+the ``fast`` command alike call; everything else is handed values.
 
 Read from the source with ``ast`` (fast_core, the adapters, examples and benchmarks): a call counts where it is
 written, whoever calls the function around it.
@@ -16,9 +16,8 @@ SOURCES = ("fast_core", "adapters", "examples", "benchmarks")
 READER_MODULE = "fast_core.config.run"
 
 RANK_READ = ("fast_core/config/current.py", "run_config")
-"""The one read of a rank process: ``fast_core.init()`` makes the engine from it, the Worker and the examples ask it."""
-CLI_READ = ("fast_core/cli/common.py", "outer_config")
-"""The one read of the ``fast`` command: its launches start from the configuration it was started with."""
+"""The one read of a process: ``fast_core.init()`` makes the engine from it, the Worker and the examples ask it, and
+the ``fast`` command's launches start from it."""
 AWAITING_OWNERS: set[tuple[str, str]] = set()
 """Reads still to be replaced by ``fast_core.run_config()`` or a value handed down: none (the last one,
 ``fast_core.config.run.environment()``, is gone)."""
@@ -58,12 +57,12 @@ def call_sites() -> list[tuple[str, str, int]]:
     return sites
 
 
-def test_a_rank_reads_its_environment_in_one_place_and_the_fast_command_in_one() -> None:
+def test_the_environment_is_read_in_one_place() -> None:
     sites = call_sites()
     where = "\n".join(f"  {path}:{line} in {function}()" for path, function, line in sites)
     found = {(path, function) for path, function, _ in sites}
-    assert found - AWAITING_OWNERS == {RANK_READ, CLI_READ}, f"calls of the environment reader:\n{where}"
-    assert sum((path, function) in (RANK_READ, CLI_READ) for path, function, _ in sites) == 2, where
+    assert found - AWAITING_OWNERS == {RANK_READ}, f"calls of the environment reader:\n{where}"
+    assert len(sites) == 1, where
 
 
 def test_the_rank_read_is_kept_and_engines_are_given_numbers(monkeypatch) -> None:

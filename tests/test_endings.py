@@ -286,3 +286,24 @@ def test_the_error_that_ended_a_job_is_named_once(tmp_path: Path, fault: str, cl
         assert ended["consequence"] and ended["peers"] == [1], ended
         assert "Traceback" not in done.stderr, done.stderr
         assert len(re.findall(r"^\[[02]\] rank [02] stopped: PeerTimeout: ", done.stderr, re.MULTILINE)) == 2
+
+
+@pytest.mark.mpi
+def test_an_error_every_rank_raises_is_shown_once(tmp_path: Path) -> None:
+    """A bad option is refused on every rank with the same error: one traceback, the other ranks one line each that
+    names the rank showing it (their tracebacks in the run folder); a reused run folder starts afresh."""
+    script = tmp_path / "job.py"
+    script.write_text(ONE_RANK_RAISES.format(culprit="engine.rank", fault='raise ValueError("lr must be > 0")'))
+    run_dir = tmp_path / "r"
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAST_TIMEOUT="20")
+    command = [*FAST, "run", "-n", "3", "--no-progress", "--run-dir", str(run_dir), str(script)]
+    for _ in range(2):  # the second launch reuses the folder: the first one's claims must not silence it
+        done = subprocess.run(command, capture_output=True, text=True, timeout=100, env=env)
+        assert done.returncode != 0
+        assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
+        teller = re.findall(r"^\[(\d)\] ValueError: lr must be > 0$", done.stderr, re.MULTILINE)
+        others = re.findall(r"^\[(\d)\] rank \1 stopped with the error rank (\d) shows: ValueError", done.stderr, re.M)
+        assert len(teller) == 1 and len(others) == 2, done.stderr
+        assert {rank for rank, _ in others} | set(teller) == {"0", "1", "2"}
+        assert {shown for _, shown in others} == set(teller), done.stderr
+        assert sorted(p.name for p in (run_dir / "errors").glob("rank*.json")) == [f"rank{r}.json" for r in range(3)]

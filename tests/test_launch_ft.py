@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -28,6 +29,7 @@ from fast_core.cli.run import job_ending, launch_variables
 from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
 from fast_core.runtime import process
+from fast_core.runtime.startup import STARTING, lost_before_start
 
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
 MPICH = "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 2026"
@@ -242,7 +244,7 @@ def _ended(tmp_path: Path, *endings: tuple[int, str | None, int, float], step: i
 
 def _job(workers: int = 4, aborted: dict | None = None, fault_tolerant: bool = True, kind: str = "openmpi"):
     return types.SimpleNamespace(
-        workers=workers, stopped_by=0, aborted=aborted, fault_tolerant=fault_tolerant, kind=kind
+        workers=workers, stopped_by=0, aborted=aborted, fault_tolerant=fault_tolerant, kind=kind, unstartable=None
     )
 
 
@@ -393,3 +395,130 @@ def test_a_fault_tolerant_job_still_fails_when_everybody_died_or_a_rank_failed(
         assert "every one of the 4 ranks was lost" in done.stderr
     else:
         assert re.search(r"rank 1 \(pid \d+, host \S+\) exited with status 3 at step 7", done.stderr), done.stderr
+
+
+def test_a_rank_lost_with_its_guard_is_named_from_the_survivors_records(tmp_path: Path) -> None:
+    """A guard killed on its own takes its rank along and records nothing: the survivors' "membership" records name
+    the loss, the lost process's "start" record its pid and host, and the job that recovered succeeds (issue 31:
+    fast run returned 1 with "lost_ranks": [])."""
+    (tmp_path / "exits").mkdir()
+    lost = [
+        {"kind": "start", "rank": 2, "step": 0, "time": 0.0, "wall_start": 98.0, "pid": 802, "host": "h2"},
+        {"kind": "step", "rank": 2, "step": 7, "time": 1.5},
+        {"kind": "start", "rank": 2, "step": 9, "time": 0.0, "wall_start": 101.0, "pid": 999, "host": "h2"},
+        {"kind": "close", "rank": 2, "step": 31},
+    ]
+    (tmp_path / "rank2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lost))
+    for rank, detected in ((0, 100.2), (1, 100.1)):
+        seen = {"kind": "membership", "rank": rank, "step": 9, "lost": "2", "replaced": "2", "detected_at": detected}
+        (tmp_path / f"rank{rank}.jsonl").write_text(json.dumps(seen) + "\n")
+    status, ending, lines = job_ending(137, _job(), tmp_path)
+    assert status == 0 and ending["survived"] is True and ending["replaced"] == [2]
+    assert [(e["rank"], e["pid"], e["step"], e["wall"]) for e in ending["lost_ranks"]] == [(2, 802, 7, 100.1)]
+    assert lines[0].startswith(
+        "rank 2 (pid 802, host h2) was lost with no record of how it ended (its guard, the process fast run starts "
+        "above it, died too) at step 7"
+    ), lines
+
+
+LOST_BEFORE_MPI = """
+import os, signal, sys, time
+from pathlib import Path
+
+once = Path(sys.argv[1])
+if os.environ.get("OMPI_COMM_WORLD_RANK") == "2" and not once.exists():
+    once.write_text("lost")
+    time.sleep(1.0)  # the others are waiting in their MPI start by then
+    os.kill(os.getpid(), signal.SIGKILL)
+import fast_core
+
+engine = fast_core.init()
+print(f"started {engine.rank} of {engine.size}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_rank_lost_before_mpi_starts_ends_the_job_or_starts_it_again(tmp_path: Path, restarts: int) -> None:
+    """MPI_Init waits for every process, so a rank lost before it leaves the others there for ever (issue 31: past
+    300 s, no message): fast run stops them and names the rank, or launches the job again under --max-restarts."""
+    mpiexec = _ulfm_mpiexec()
+    script = tmp_path / "early.py"
+    script.write_text(LOST_BEFORE_MPI)
+    run_dir = tmp_path / "r"
+    command = [*FAST, "run", "-n", "4", "--no-progress", "--fault-tolerant", "--mpiexec", mpiexec]
+    command += ["--max-restarts", str(restarts), "--run-dir", str(run_dir), str(script), str(tmp_path / "once")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
+    run = json.loads((run_dir / "run.json").read_text())
+    if restarts == 0:
+        assert done.returncode == 128 + 9 and run["before_mpi_start"] is True and run["lost"]["rank"] == 2
+        said = r"rank 2 \(pid \d+, host \S+\) was killed by SIGKILL before its MPI start finished"
+        assert re.search(said, done.stderr), done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert sorted(re.findall(r"started (\d) of 4", done.stdout)) == ["0", "1", "2", "3"], done.stdout
+        assert [e["rank"] for e in run["relaunched_after"]] == [2] and run["exit_status"] == 0
+        assert "before its MPI start: the job starts again (0 restart(s) left)" in done.stderr
+
+
+def test_a_loss_before_the_mpi_start_is_told_by_the_start_marks(tmp_path: Path) -> None:
+    """Only a lost process that never finished its MPI start, while another still waits in its own, stops the job;
+    a script that marks nothing (no fast_core.init()) is never stopped on a guess."""
+    marks = tmp_path / STARTING
+
+    def mark(*names: str) -> None:
+        shutil.rmtree(marks, ignore_errors=True)
+        marks.mkdir()
+        for name in names:
+            (marks / name).touch()
+
+    assert not lost_before_start(tmp_path, 101)  # no marks at all
+    mark("102")
+    assert lost_before_start(tmp_path, 101)  # lost before it even marked; 102 waits
+    mark("101", "102")
+    assert lost_before_start(tmp_path, 101)
+    mark("101", "101.started", "102")
+    assert not lost_before_start(tmp_path, 101)  # its MPI ran: a loss ULFM survives
+    mark("101", "102", "102.started")
+    assert not lost_before_start(tmp_path, 101)  # nobody waits in a start
+
+
+FREEZES = """
+import os, signal
+import numpy as np
+import fast_core
+from fast_core import Budget
+from fast_core.model.numpy_model import SGD, SoftmaxRegression
+
+engine = fast_core.init()
+model = SoftmaxRegression(4, 2, optimizer=SGD(0.1), seed=engine.rank)
+worker = fast_core.Worker(model, "dpsgd:ring", engine, budget=Budget(samples=4000)).start()
+while (granted := worker.claim_batch(8)):
+    if engine.rank == 2 and worker.step == 20:
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen, not dead: ULFM alone would never declare it failed
+    model.compute_gradients(np.ones((granted, 4)), np.arange(granted) % 2)
+    worker.run_step(model.optimizer_step)
+worker.close()
+print(f"finished {worker.group.average_params().size} of {engine.size}", flush=True)
+"""
+
+
+@pytest.mark.mpi
+def test_a_frozen_rank_is_killed_by_its_guard_and_survived(tmp_path: Path) -> None:
+    """SIGSTOP under --fault-tolerant: after --freeze-timeout without a heartbeat the guard kills the rank, ULFM
+    declares it failed, the others go on, and fast run names it frozen (issue 31: the job ended after FAST_TIMEOUT)."""
+    mpiexec = _ulfm_mpiexec()
+    script = tmp_path / "freezes.py"
+    script.write_text(FREEZES)
+    run_dir = tmp_path / "r"
+    command = [*FAST, "run", "-n", "4", "--no-progress", "--fault-tolerant", "--freeze-timeout", "3"]
+    command += ["--mpiexec", mpiexec, "--run-dir", str(run_dir), str(script)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAST_TIMEOUT="60")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=150, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(re.findall(r"^\[(\d)\] finished 10 of 3$", done.stdout, re.M)) == ["0", "1", "3"], done.stdout
+    frozen = r"rank 2 \(pid \d+, host \S+\) froze \(no heartbeat for 3 s\) and was killed by its guard"
+    assert re.search(frozen, done.stderr), done.stderr
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["survived"] is True and [(e["rank"], e["frozen"]) for e in run["lost_ranks"]] == [(2, 3.0)]

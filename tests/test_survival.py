@@ -26,13 +26,22 @@ X, Y = synthetic_classification(n_samples=1200, n_features=10, n_classes=3, seed
 
 
 def train(
-    engine, strategy: str, victim: int | None, cluster: LocalCluster, ahead: bool = False, run_dir: Path | None = None
+    engine,
+    strategy: str,
+    victim: int | None,
+    cluster: LocalCluster,
+    ahead: bool = False,
+    run_dir: Path | None = None,
+    tensorboard: Path | None = None,
 ) -> dict:
     """Train under a shared budget; ``victim`` is lost (as kill -9) before its step KILL_STEP. ``ahead``: each batch's
-    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit)."""
+    grant is reserved while the step before runs (``Claims.reserve``, fast_tf's order under Keras' fit). ``run_dir``
+    and ``tensorboard``: where the records go."""
     me = engine.rank
     model = SoftmaxRegression(X.shape[1], 3, seed=me)
-    observers = [] if run_dir is None else [Reporter(me, run_dir, 1000, progress=False, verbose=False)]
+    observers = []
+    if run_dir is not None:
+        observers = [Reporter(me, run_dir, 1000, progress=False, verbose=False, tensorboard=tensorboard)]
     worker = Worker(model, strategy, engine, observers=observers, budget=Budget(samples=BUDGET))
     worker.start()
     shard = shard_indices(len(Y), engine.rank, engine.size)
@@ -179,6 +188,39 @@ def test_the_survivors_records_hold_the_membership_change(tmp_path: Path) -> Non
         assert (change["lost"], change["replaced"], change["size"]) == ("1", "", 2)
         assert change["step"] in (KILL_STEP, KILL_STEP + 1) and change["recovery_seconds"] >= 0
         assert results[rank]["lost"] == [(1,)]
+
+
+def _lost_before_the_start(engine, strategy: str, cluster: LocalCluster, run_dir: Path) -> dict | None:
+    """Rank 2 is lost before it reaches the Worker's start (a slow import, a crash while loading data): the others
+    are in the start's collectives by then (issue 31: the job ended with six tracebacks saying it would go on)."""
+    if engine.rank == 2:
+        time.sleep(0.3)  # the others are waiting in the start's setup check
+        cluster.lose(2)
+        return None
+    return train(engine, strategy, None, cluster, run_dir=run_dir)
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "dpsgd:torus", "async:ring", "diloco:period=4", "ps:servers=2"])
+def test_a_rank_lost_during_the_start_is_left_behind_and_the_others_train_the_budget(
+    strategy: str, tmp_path: Path
+) -> None:
+    cluster = LocalCluster(4, timeout=20, fault_tolerant=True)
+    results = cluster.run(_lost_before_the_start, strategy, cluster, tmp_path)
+    assert list(cluster.lost) == [2] and results[2] is None
+    survivors = [r for r in results if r]
+    assert [(r["size"], r["lost"]) for r in survivors] == [(3, [(2,)])] * 3
+    if survivors[0]["graph"] is not None:
+        assert survivors[0]["graph"].size == 3  # the topology was built for the survivors
+    trained = sum(r["samples"] for r in survivors)
+    assert BUDGET - 4 * BATCH <= trained <= BUDGET + 3 * MAX_AHEAD * BATCH  # all of it: nothing was trained before
+    accuracy = {round(r["accuracy"], 9) for r in survivors}
+    assert len(accuracy) == 1 and accuracy.pop() > 0.8, accuracy
+    records = read_run(tmp_path)
+    for rank in (0, 1, 3):
+        kinds = [r["kind"] for r in records[rank]]
+        assert kinds[:2] == ["start", "membership"], kinds  # the loss is recorded after the start it interrupted
+        (change,) = [r for r in records[rank] if r["kind"] == "membership"]
+        assert (change["lost"], change["step"], change["size"]) == ("2", 0, 3)
 
 
 def test_without_fault_tolerance_a_lost_rank_still_ends_the_job() -> None:

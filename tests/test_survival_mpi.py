@@ -126,3 +126,14 @@ def test_two_losses_one_after_the_other_leave_two_survivors(tmp_path: Path) -> N
         assert record["size"] == 2
         assert [r["lost"] for r in record["recoveries"]] == ["2", "1"]
     assert records[0]["accuracy"] > 0.85
+
+
+def test_a_rank_killed_before_the_start_is_left_behind(tmp_path: Path) -> None:
+    """Killed after MPI_Init, while the others are in the Worker's start: they start again without it and train the
+    whole budget (issue 31: exit 1 after 18 s, with tracebacks saying the survivors would go on)."""
+    records = _run("dpsgd:torus", "2@start", tmp_path)
+    assert sorted(records) == [0, 1, 3]
+    for record in records.values():
+        assert record["size"] == 3 and [(r["lost"], r["step"]) for r in record["recoveries"]] == [("2", 0)]
+        assert record["finite"] and record["accuracy"] > 0.85
+    assert sum(r["samples"] for r in records.values()) >= BUDGET - 3 * BATCH

@@ -15,6 +15,7 @@ as ``TrainState.apply_gradients`` does: one step of ``state.tx`` on ``state.para
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -50,8 +51,9 @@ class DistributedStateStep(DistributedStep):
         dtype: str | None,
         log_every: int | None,
         budget: Budget | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
     ) -> None:
-        super().__init__(fn, strategy, None, engine, dtype, log_every, budget)
+        super().__init__(fn, strategy, None, engine, dtype, log_every, budget, tensorboard)
         self._gradients = strategy.uses_gradients
 
     @property

@@ -7,6 +7,7 @@ as given (jit it yourself); mixing happens outside it, so it is traced once for 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -49,9 +50,11 @@ class DistributedStep:
         dtype: str | None,
         log_every: int | None,
         budget: Budget | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
     ) -> None:
         self.fn = fn
         self.budget = budget
+        self.tensorboard = tensorboard
         self.strategy = strategy
         self.optimizer = optimizer
         self._engine = engine
@@ -102,7 +105,14 @@ class DistributedStep:
     def _start_worker(self, model: JaxModel) -> None:
         """The worker, started: same layout on every rank (names the first differing leaf), rank 0's params, the
         strategy set up."""
-        worker = Worker(model, self.strategy, self.engine, log_every=self._log_every, budget=self.budget)
+        worker = Worker(
+            model,
+            self.strategy,
+            self.engine,
+            log_every=self._log_every,
+            budget=self.budget,
+            tensorboard=self.tensorboard,
+        )
         worker.start()
         self._model, self._worker = model, worker
 

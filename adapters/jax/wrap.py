@@ -20,6 +20,7 @@ Under `fast run`, a ``"loss"`` in a dict of metrics goes to the run records with
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,7 @@ def distributed(
     dtype: str | None = None,
     log_every: int | None = None,
     budget: Budget | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> DistributedStep | Callable[[TrainStep | GradStep | StateStep], DistributedStep]:
     """Wrap a training step so ``strategy`` runs around it on every call; usable as a decorator too.
 
@@ -56,11 +58,20 @@ def distributed(
     With no ``strategy``: ``fast run --strategy``'s (FAST_STRATEGY), else all-reduce. ``dtype`` packs params of
     several floating dtypes into one buffer of that dtype (see FlatTree; the state form picks float32 itself).
     ``budget``: a shared work budget (``fast_core.Budget``; ``step.worker.claim_batch(n)`` before each batch, once
-    the step started), None for ``fast run --budget-samples/--budget-seconds``'s, else none.
+    the step started), None for ``fast run --budget-samples/--budget-seconds``'s, else none. ``tensorboard``: a
+    folder where this rank writes its records (``step.worker.records``) as TensorBoard scalars while it trains, None
+    for ``fast run --tensorboard``'s (the ``tensorboard`` extra).
     """
     if fn is None:
         return lambda f: distributed(
-            f, strategy, optimizer=optimizer, engine=engine, dtype=dtype, log_every=log_every, budget=budget
+            f,
+            strategy,
+            optimizer=optimizer,
+            engine=engine,
+            dtype=dtype,
+            log_every=log_every,
+            budget=budget,
+            tensorboard=tensorboard,
         )
     if not callable(fn):
         raise TypeError(f"distributed() wraps a function, got {type(fn).__name__}")
@@ -70,7 +81,7 @@ def distributed(
         )
     resolved = resolve_strategy(strategy)
     if optimizer is None and _takes(fn, 2) and not _takes(fn, 3):
-        return DistributedStateStep(fn, resolved, engine, dtype, log_every, budget)
+        return DistributedStateStep(fn, resolved, engine, dtype, log_every, budget, tensorboard)
     if optimizer is None and resolved.uses_gradients:
         raise ValueError(
             f"strategy {_spec_text(strategy, resolved)} exchanges gradients, so fast_jax must apply them through your "
@@ -79,7 +90,7 @@ def distributed(
             f"or, with a Flax TrainState, {STATE_FORMS[True]}"
         )
     _check_signature(fn, optimizer is not None)
-    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every, budget)
+    return DistributedStep(fn, resolved, optimizer, engine, dtype, log_every, budget, tensorboard)
 
 
 def _spec_text(strategy: Strategy | str | None, resolved: Strategy) -> str:

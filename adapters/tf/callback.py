@@ -61,6 +61,10 @@ class Callback(keras.callbacks.Callback):
     starts from: the consensus model, the optimizer's variables, BatchNorm statistics, FAST's step and the budget
     the job had left. The model must be compiled with the optimizer class it was saved with.
 
+    ``tensorboard``: a folder where this rank writes the records this callback makes (samples, the
+    worker's counters; the epochs' logs) as TensorBoard scalars while it trains, or None for ``fast run
+    --tensorboard``'s (the ``tensorboard`` extra; keras.callbacks.TensorBoard writes Keras' own logs beside them).
+
     Place it first in ``callbacks`` so the others (EarlyStopping, checkpoints) see the averaged logs and take the
     same decision on every rank. ``worker`` is the fast_core Worker of the current fit (metrics, consensus).
     """
@@ -79,6 +83,7 @@ class Callback(keras.callbacks.Callback):
         batch_size: int | None = None,
         budget: Budget | None = None,
         resume_from: str | os.PathLike | None = None,
+        tensorboard: str | os.PathLike | None = None,
     ) -> None:
         super().__init__()
         if budget is not None and not isinstance(budget, Budget):
@@ -98,6 +103,7 @@ class Callback(keras.callbacks.Callback):
         self.batch_size = batch_size
         self.budget = budget
         self.resume_from = resume_from
+        self.tensorboard = tensorboard
         self.worker: Worker | None = None
         self.adapter: KerasModel | None = None
         self._fit_model: keras.Model | None = None
@@ -117,7 +123,10 @@ class Callback(keras.callbacks.Callback):
         engine = self.engine or init()
         self.adapter = adapter = KerasModel(model)
         strategy = resolve_strategy(self.strategy, every=self.every)  # a string gives each fit a fresh strategy
-        self.worker = worker = Worker(adapter, strategy, engine, log_every=self.log_every, budget=self.budget)
+        worker = Worker(
+            adapter, strategy, engine, log_every=self.log_every, budget=self.budget, tensorboard=self.tensorboard
+        )
+        self.worker = worker
         steps = self._check_steps(worker)
         self._configure_gradients(model, adapter, worker.strategy)
         self._grants, self._collective_epochs = None, None

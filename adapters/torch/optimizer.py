@@ -7,6 +7,7 @@ zero_grad() work as before.
 
 from __future__ import annotations
 
+import os
 import weakref
 
 import torch
@@ -29,12 +30,15 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
     log_every: int | None = None,
     budget: Budget | None = None,
     precision: str | torch.dtype | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> torch.optim.Optimizer:
     """Hook ``optimizer`` so ``strategy`` runs at every ``optimizer.step()``; returns ``optimizer`` itself.
 
     With no ``strategy``, the one ``fast run --strategy`` passes (``FAST_STRATEGY``), else all-reduce. ``budget``:
     a shared work budget (``fast_core.Budget``; ``opt.fast_worker.claim_batch(n)`` before each batch), None for
-    ``fast run --budget-samples/--budget-seconds``'s, else none.
+    ``fast run --budget-samples/--budget-seconds``'s, else none. ``tensorboard``: a folder where this rank writes
+    its records (``opt.fast_worker.records``) as TensorBoard scalars while it trains, None for ``fast run
+    --tensorboard``'s (the ``tensorboard`` extra; docs/guides/tensorboard.md).
 
     The model's parameters become views of one flat buffer, all ranks start from rank 0's parameters (and
     buffers), and the optimizer must hold exactly the model's trainable parameters. A model on a GPU (any torch
@@ -47,7 +51,9 @@ def DistributedOptimizer(  # noqa: N802 - the name Horovod users know
         raise RuntimeError("this model is already wrapped by a DistributedOptimizer")
     adapter = TorchModel(model, optimizer, precision)
     _check_same_parameters(optimizer, adapter)
-    worker = Worker(adapter, strategy, engine or default_engine(), log_every=log_every, budget=budget)
+    worker = Worker(
+        adapter, strategy, engine or default_engine(), log_every=log_every, budget=budget, tensorboard=tensorboard
+    )
     worker.start()
     broadcast_tensors(floating_tensors(model, parameters=False), worker.engine)  # e.g. BatchNorm statistics
     _WORKERS[model] = worker

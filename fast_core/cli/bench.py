@@ -27,7 +27,7 @@ from fast_core.cli.common import CLIError, check_strategy, new_run_dir, positive
 from fast_core.cli.frameworks import FRAMEWORKS, Framework
 from fast_core.cli.launch import Job, find_mpiexec, python_target, run_job
 from fast_core.cli.plots import plot
-from fast_core.cli.run import add_launch_options, launch_variables, run_config, started, write_run_file
+from fast_core.cli.run import add_launch_options, launch_config, launch_variables, started, write_run_file
 from fast_core.cli.strategy_options import add_strategy_options, chosen_strategies
 from fast_core.cli.summary import CONSENSUS, Records, Row, compare, markdown, median, summarize, write_csv
 from fast_core.config.run import RunConfig
@@ -119,7 +119,7 @@ def calibrate(
     run_dir = bench_dir / "calibration"
     spec = StrategySpec.parse(CALIBRATION_STRATEGY)
     config = replace(
-        run_config(args, strategy=spec, run_dir=run_dir, progress=False, label="calibration"),
+        launch_config(args, strategy=spec, run_dir=run_dir, progress=False, label="calibration"),
         straggler=None,
         straggler_seconds=None,
         budget_samples=None,
@@ -191,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
     framework.check()
     settings = example_arguments(framework, args)
     runs = plan(framework, args)
-    run_config(args, strategy=None, run_dir=Path("."), progress=False, label="")  # bad options: say so now
+    launch_config(args, strategy=None, run_dir=Path("."), progress=False, label="")  # bad options: say so now
     find_mpiexec(args.mpiexec)  # missing: say so before the first run, not in it
     bench_dir = args.run_dir or new_run_dir(f"bench-{framework.name}")
     shown = sys.stdout.isatty()
@@ -213,7 +213,7 @@ def main(args: argparse.Namespace) -> int:
         for index, (label, mode, spec) in enumerate(runs, start=1):
             name = f"[{index}/{len(runs)}]" + (f" round {round_}/{args.repeats}" if args.repeats > 1 else "")
             run_dir = bench_dir / slug(label) / (f"round{round_}" if args.repeats > 1 else "")
-            config = run_config(args, strategy=spec, run_dir=run_dir, progress=shown, label=label)
+            config = launch_config(args, strategy=spec, run_dir=run_dir, progress=shown, label=label)
             if calibration is not None:
                 config = fixed_straggler(config, calibration[1])
             variables = launch_variables(config)

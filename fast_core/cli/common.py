@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import functools
 import os
 import re
 import sys
 from pathlib import Path
 
-from fast_core.config.run import RunConfig
+from fast_core.config.current import run_config
 from fast_core.strategies import Strategy
 from fast_core.strategies.spec import StrategySpec
 from fast_core.topology import make_topology
@@ -52,19 +51,11 @@ def warn_if_oversubscribed(workers: int, hostfile: str | None) -> None:
         )
 
 
-@functools.cache
-def outer_config() -> RunConfig:
-    """The run configuration this ``fast`` command was started with (the FAST_* variables of its own environment,
-    checked), which its launches start from: the command's one read of its environment, kept for the rest of it (a
-    bad value is one ConfigError line, raised again at each call until fixed)."""
-    return RunConfig.from_environment()
-
-
 def check_strategy(spec: StrategySpec, topology: str | None, workers: int) -> Strategy:
     """The strategy the ranks will build from ``spec`` and the run's ``topology`` (given here, else the one already
     in this environment), built here first so that a bad option value is one message now rather than a traceback
     on every rank; named topologies are built for ``workers`` ranks."""
-    effective = spec.with_run_topology(topology or outer_config().topology)
+    effective = spec.with_run_topology(topology or run_config().topology)
     strategy = effective.build()
     if isinstance(effective.topology, str):
         make_topology(effective.topology, workers)

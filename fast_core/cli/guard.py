@@ -5,7 +5,9 @@ With ``--lines=prefixed`` (``fast run``'s default) the guard also relays the ran
 own stream, in whole lines with ``[r] `` in front, as ``mpiexec -prepend-rank`` does but under MPICH and Open MPI
 alike; ``--lines=whole`` (``fast run --no-rank-prefix``) relays them without it. One write per batch of whole
 lines, so lines of different ranks never meet mid-line on the terminal (a ``\r`` ends a line too, so a bar's
-redraws pass as they come). The guard tells the rank how it was started (``FAST_GUARD``, its own command line up
+redraws pass as they come); ``--redraws=rank0`` passes only rank 0's redraws and ``--redraws=none`` nobody's (a bar's
+last draw, ended by a newline, always passes), so that ranks' bars neither take turns on one line nor pile up in a
+log. The guard tells the rank how it was started (``FAST_GUARD``, its own command line up
 to ``--``), so that a replacement the survivors spawn (``--max-restarts``) runs under a guard too, given the rank
 it takes over with ``--rank=R``: its lines carry that rank, and a bad ending of its own is recorded beside the lost
 process's (``EXITS/rank<r>.<pid>.json``).
@@ -26,6 +28,7 @@ import json
 import os
 import re
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -34,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 """Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx)."""
@@ -64,6 +68,15 @@ def relay_lines(source: int, emit: Callable[[bytes], None]) -> None:
         emit(pending)
 
 
+def without_redraws(lines: bytes) -> bytes:
+    """``lines`` less its redraws: a line ended by a lone ``\\r`` is a progress bar drawn again in place (tqdm,
+    Keras), which in a log or beside other ranks' lines only piles up; the bar's last draw ends with a newline and
+    stays."""
+    whole = LINE.findall(lines)
+    rest = lines[sum(map(len, whole)) :]
+    return b"".join(line for line in whole if not line.endswith(b"\r")) + rest
+
+
 def prefixed(prefix: bytes, lines: bytes) -> bytes:
     """``prefix`` in front of every line of ``lines`` (whole lines, maybe a last one without its end)."""
     whole = LINE.findall(lines)
@@ -78,12 +91,13 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _relay(source: int, target: int, prefix: bytes) -> threading.Thread:
-    """A thread copying the rank's ``source`` to our ``target``, ``prefix`` before each line."""
+def _relay(source: int, target: int, prefix: bytes, redraws: bool) -> threading.Thread:
+    """A thread copying the rank's ``source`` to our ``target``, ``prefix`` before each line; a bar's redraws only
+    if ``redraws``."""
 
     def emit(lines: bytes) -> None:
         try:
-            write_all(target, prefixed(prefix, lines))
+            write_all(target, prefixed(prefix, lines if redraws else without_redraws(lines)))
         except OSError:  # our reader is gone (mpiexec stopping): the rank's output has nowhere to go
             pass
 
@@ -92,14 +106,39 @@ def _relay(source: int, target: int, prefix: bytes) -> threading.Thread:
     return thread
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux's prctl option: the signal a process gets when its parent dies."""
+
+
+def dying_with_us() -> Callable[[], None] | None:
+    """What the rank runs before its program (Linux): be killed when this guard dies. A guard killed on its own (a
+    kill -9 of the wrong pid) would otherwise leave its rank running, unseen by mpiexec, whose child the guard
+    was: the guard's loss is the rank's, which the survivors recover from like any other. None elsewhere."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing is imported after the fork
+    except (OSError, AttributeError):
+        return None
+    guard = os.getpid()
+
+    def in_the_rank() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != guard:  # the guard died before the line above: nobody would tell us
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_the_rank
+
+
 def _ignore(_signum: int, _frame: object) -> None:
     """mpiexec signals each rank's whole process group, so the rank gets Ctrl-C or SIGTERM itself; the guard stays
     to see how it ends. (A handler, not SIG_IGN: a handled signal is reset to default in the rank at exec.)"""
 
 
-def record(exits: Path, pid: int, status: int, given: str | None = None) -> None:
+def record(exits: Path, pid: int, status: int, given: str | None = None, frozen: float | None = None) -> None:
     """Write how the rank ended, if the launcher told us our rank (written whole, then renamed into place).
-    ``given``: the rank a replacement took over (``--max-restarts``), recorded beside the lost process's ending."""
+    ``given``: the rank a replacement took over (``--max-restarts``), recorded beside the lost process's ending;
+    ``frozen``: the seconds without a heartbeat after which this guard killed it."""
     rank = given or launch_rank()
     if rank is None:
         return
@@ -111,6 +150,8 @@ def record(exits: Path, pid: int, status: int, given: str | None = None) -> None
         "status": status,
         "wall": time.time(),
     }
+    if frozen is not None:
+        ended["frozen"] = frozen
     exits.mkdir(parents=True, exist_ok=True)
     partial = exits / f".rank{rank}.json.{os.getpid()}"
     partial.write_text(json.dumps(ended) + "\n")
@@ -138,45 +179,113 @@ def end_like(status: int) -> None:
 
 LINES_OPTIONS = {"--lines=prefixed": True, "--lines=whole": False}
 """The guard's option when it relays the rank's output in whole lines: with ``[r] `` in front or not."""
-USAGE = "usage: guard.py [--lines=prefixed|--lines=whole] [--rank=R] EXITS -- command [args...]"
+REDRAWS = ("all", "rank0", "none")
+"""``--redraws=``: whose progress-bar redraws the relay passes on (every rank's, rank 0's, nobody's); default all."""
+USAGE = (
+    "usage: guard.py [--lines=prefixed|--lines=whole] [--redraws=all|rank0|none] [--freeze=SECONDS] [--rank=R] "
+    "EXITS -- command [args...]"
+)
+HEARTBEAT_VARIABLE = "FAST_HEARTBEAT_FD"
+"""Where the guard tells the rank the pipe to beat on (``fast_core.runtime.heartbeat``), under ``--freeze``."""
 
 
-def parse(argv: list[str]) -> tuple[bool | None, str | None, Path, list[str]]:
-    """(relay in lines: with the prefix, without, or not at all; the rank given with ``--rank``, else None; EXITS;
-    the rank's command line)."""
-    prefix, rank, args = None, None, argv[1:]
+class Options(NamedTuple):
+    prefix: bool | None
+    """Relay the rank's output in lines: with the prefix (True), without (False), or not at all (None)."""
+    redraws: str
+    """Whose progress-bar redraws pass (``REDRAWS``)."""
+    rank: str | None
+    """The rank given with ``--rank`` (a replacement's), else None: the launcher's."""
+    freeze: float
+    """Seconds without a heartbeat after which the rank is taken for frozen and killed; 0: never."""
+    exits: Path
+    command: list[str]
+
+
+def parse(argv: list[str]) -> Options:
+    """The guard's options, EXITS and the rank's command line."""
+    prefix, redraws, rank, freeze, args = None, "all", None, 0.0, argv[1:]
     while args and args[0].startswith("--") and args[0] != "--":
         option = args.pop(0)
+        name, _, value = option.partition("=")
         if option in LINES_OPTIONS:
             prefix = LINES_OPTIONS[option]
-        elif option.startswith("--rank=") and option[len("--rank=") :].isdigit():
-            rank = option[len("--rank=") :]
+        elif name == "--redraws" and value in REDRAWS:
+            redraws = value
+        elif name == "--rank" and value.isdigit():
+            rank = value
+        elif name == "--freeze" and _seconds(value) is not None:
+            freeze = _seconds(value)
         else:
             sys.exit(f"guard.py: unknown option {option}; {USAGE}")
     if len(args) < 3 or args[1] != "--":
         sys.exit(USAGE)
-    return prefix, rank, Path(args[0]), args[2:]
+    return Options(prefix, redraws, rank, freeze, Path(args[0]), args[2:])
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < float("inf") else None
+
+
+def _watch_heartbeat(beats: int, rank: subprocess.Popen, freeze: float, frozen: threading.Event) -> threading.Thread:
+    """A thread reading the rank's heartbeat pipe (``beats``): once the rank has beaten, ``freeze`` seconds without
+    a beat (stopped with SIGSTOP, hung with the interpreter held) make it kill the rank and set ``frozen``. Before
+    the first beat (the rank still importing) nothing is expected; the pipe's end (the rank gone) ends the watch."""
+
+    def watch() -> None:
+        beaten = False
+        while True:
+            ready, _, _ = select.select([beats], [], [], freeze if beaten else None)
+            if not ready:  # no beat within the bound
+                frozen.set()
+                try:
+                    rank.send_signal(signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+            if not os.read(beats, 4096):
+                return
+            beaten = True
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: list[str]) -> None:
-    prefix, given_rank, exits, command = parse(argv)
+    options = parse(argv)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _ignore)
-    pipes = {} if prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    pipes = {} if options.prefix is None else {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     itself = [sys.executable, "-I", str(Path(__file__).resolve()), *argv[1 : argv.index("--") + 1]]
     env = dict(os.environ, FAST_GUARD=json.dumps([a for a in itself if not a.startswith("--rank=")]))
+    beats = beating = None
+    if options.freeze > 0:
+        beats, beating = os.pipe()
+        os.set_inheritable(beating, True)  # the rank's, across its exec
+        env[HEARTBEAT_VARIABLE] = str(beating)
     # MPI's own descriptors (PMI_FD) must reach the rank
-    rank = subprocess.Popen(command, close_fds=False, env=env, **pipes)
+    rank = subprocess.Popen(options.command, close_fds=False, env=env, preexec_fn=dying_with_us(), **pipes)
+    frozen = threading.Event()
+    if beats is not None:
+        os.close(beating)  # the rank holds the only writing end: its death ends the pipe
+        _watch_heartbeat(beats, rank, options.freeze, frozen)
     relays = []
-    if prefix is not None:
-        tag = f"[{given_rank or launch_rank() or '?'}] ".encode() if prefix else b""
-        relays = [_relay(rank.stdout.fileno(), 1, tag), _relay(rank.stderr.fileno(), 2, tag)]
+    if options.prefix is not None:
+        number = options.rank or launch_rank()
+        tag = f"[{number or '?'}] ".encode() if options.prefix else b""
+        shown = options.redraws == "all" or (options.redraws == "rank0" and number == "0")
+        relays = [_relay(rank.stdout.fileno(), 1, tag, shown), _relay(rank.stderr.fileno(), 2, tag, shown)]
     status = rank.wait()
     for relay in relays:  # a child the rank left behind may hold the pipe open: wait a little, not for it
         relay.join(timeout=2)
     if status != 0:
         try:
-            record(exits, rank.pid, status, given_rank)
+            record(options.exits, rank.pid, status, options.rank, options.freeze if frozen.is_set() else None)
         except OSError as exc:  # never in the way of the ending itself
             print(f"fast: could not record how rank ended: {exc}", file=sys.stderr)
     end_like(status)

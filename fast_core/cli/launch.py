@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from fast_core.cli.common import CLIError, say
 from fast_core.cli.guard import relay_lines
+from fast_core.runtime.startup import lost_before_start
 
 EXITS = "exits"
 """The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
@@ -174,10 +175,22 @@ class Job:
     rank_prefix: bool | None = None
     """Under the guard (``exits``, MPICH or Open MPI): True, each rank's output comes in whole lines with ``[r] ``
     in front; False, in whole lines as printed; None, as the rank writes it (the guard does not relay it)."""
+    redraws: str = "all"
+    """Under the guard's relay (``rank_prefix`` not None): whose progress-bar redraws (lines ended by a lone ``\r``)
+    are shown: "all", "rank0" or "none" (a bar's last draw, ended by a newline, always is)."""
     stopped_by: int = field(default=0, init=False)
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
     """The mpiexec's flavour (``flavour``), once ``command`` has run."""
+    freeze_seconds: float = 0.0
+    """Under the guard: seconds a rank may go without a heartbeat (``fast_core.runtime.heartbeat``) before its guard
+    takes it for frozen and kills it, so that the others (under ULFM) survive it like a dead one; 0: never."""
+    start_marks: Path | None = None
+    """Under ``fault_tolerant``: the run folder where ranks mark their MPI start (``fast_core.runtime.startup``), so a
+    rank lost before MPI started, which leaves the others waiting in MPI_Init for ever, ends the job instead."""
+    unstartable: dict | None = field(default=None, init=False)
+    """Under ``fault_tolerant``: the guard's record of a rank lost before its MPI start finished, which made the
+    launcher stop the job, once run_job has run; None if none."""
     aborted: dict | None = field(default=None, init=False)
     """Under ``fault_tolerant``: the rank whose nonzero exit status made the launcher stop the job (its guard's
     record), once run_job has run; None if none."""
@@ -221,7 +234,11 @@ class Job:
                 command += ["--with-ft", "ulfm"]
         guard = []
         if self.exits and kind in GUARDED:
-            lines = [] if self.rank_prefix is None else ["--lines=prefixed" if self.rank_prefix else "--lines=whole"]
+            lines = []
+            if self.rank_prefix is not None:
+                lines = ["--lines=prefixed" if self.rank_prefix else "--lines=whole", f"--redraws={self.redraws}"]
+            if self.freeze_seconds > 0:
+                lines.append(f"--freeze={self.freeze_seconds:g}")
             guard = [sys.executable, "-I", str(GUARD), *lines, str(self.exits), "--"]
         return command + guard + self.target, env
 
@@ -375,11 +392,14 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
     elif show is not None:
         copiers = [_relay(proc.stdout, sys.stdout.buffer, show), _relay(proc.stderr, sys.stderr.buffer, show)]
     look = time.monotonic()
+    suspects: dict[int, float] = {}  # pid of a rank lost before its MPI start -> when first seen so
     try:
         while proc.poll() is None:
             if job.fault_tolerant and job.aborted is None and not stop.signal and time.monotonic() >= look:
                 look = time.monotonic() + 0.25
                 job.aborted = _end_aborted(job, proc, stop, grace)
+                if job.unstartable is None and job.aborted is None:
+                    job.unstartable = _end_unstartable(job, proc, stop, grace, suspects)
             if time.monotonic() >= stop.deadline:
                 say(f"the workers did not stop within {grace:g} s: killing them")
                 stop.seen |= descendants(proc.pid)
@@ -390,7 +410,7 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if stop.signal or job.aborted is not None:  # whatever mpiexec left behind
+        if stop.signal or job.aborted is not None or job.unstartable is not None:  # whatever mpiexec left behind
             kill_all(stop.seen)
         for copier in copiers:
             copier.join(timeout=5)
@@ -399,6 +419,9 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
         return 128 + stop.signal
     if job.aborted is not None:  # what MPI_Abort would have returned
         return int(job.aborted["status"])
+    if job.unstartable is not None:  # as the lost rank ended
+        ended = int(job.unstartable["status"])
+        return 128 - ended if ended < 0 else ended or 1
     return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
 
 
@@ -411,3 +434,29 @@ def _end_aborted(job: Job, proc: subprocess.Popen, stop: _Stop, grace: float) ->
         stop.seen |= descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
     return aborted
+
+
+UNSTARTABLE_SECONDS = 2.0
+"""How long a lost rank's missing MPI start must be seen before the job is stopped: its MPI_Init may have finished
+a moment before its mark was written, and then the others' finish too."""
+
+
+def _end_unstartable(
+    job: Job, proc: subprocess.Popen, stop: _Stop, grace: float, suspects: dict[int, float]
+) -> dict | None:
+    """Under ULFM, stop the job once a rank was lost before its MPI start finished while others still wait in
+    theirs (``startup.lost_before_start``, seen for ``UNSTARTABLE_SECONDS``): MPI_Init would wait for it for ever.
+    That rank's record, or None."""
+    if job.exits is None or job.start_marks is None:
+        return None
+    now = time.monotonic()
+    for ended in bad_exits(job.exits):
+        if not lost_before_start(job.start_marks, ended["pid"]):
+            suspects.pop(ended["pid"], None)
+            continue
+        if now - suspects.setdefault(ended["pid"], now) >= UNSTARTABLE_SECONDS:
+            stop.deadline = now + grace
+            stop.seen |= descendants(proc.pid)
+            proc.send_signal(signal.SIGTERM)
+            return ended
+    return None

@@ -22,7 +22,6 @@ from fast_core.cli.common import (
     CLIError,
     check_strategy,
     new_run_dir,
-    outer_config,
     positive,
     say,
     warn_if_oversubscribed,
@@ -33,9 +32,12 @@ from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.summary import summarize
-from fast_core.config.run import DEFAULT_STRATEGY, RunConfig, rank_prefix
+from fast_core.config.current import run_config
+from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
 from fast_core.observers.runlog import RUN_FILE, read_run, run_sizes
-from fast_core.runtime.uncaught import cause_of, read_errors
+from fast_core.observers.tensorboard import check_folder
+from fast_core.runtime.startup import STARTING
+from fast_core.runtime.uncaught import ERRORS, cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
 
 
@@ -120,6 +122,13 @@ def add_parser(subparsers) -> None:
         help="with --fault-tolerant (implied): start a new process for each of the first K ranks lost; it takes "
         "the survivors' model, step and optimizer state and the lost rank's place (FAST_MAX_RESTARTS)",
     )
+    parser.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help="every rank writes its records as TensorBoard scalars there too, while the job runs (DIR/rank<r>, the "
+        "job's in DIR/job); needs pip install 'fast-training[tensorboard]' (FAST_TENSORBOARD)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
         "--progress",
@@ -137,6 +146,22 @@ def add_parser(subparsers) -> None:
         help="show the ranks' lines as they are, without [r] in front (FAST_RANK_PREFIX=0)",
     )
     parser.add_argument(
+        "--freeze-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="a rank without a heartbeat for S seconds (stopped, or hung holding the interpreter) is killed by its "
+        "guard: under --fault-tolerant the others then go on without it; 0: never (default: half of FAST_TIMEOUT "
+        "under --fault-tolerant, else never)",
+    )
+    parser.add_argument(
+        "--rank-bars",
+        choices=("rank0", "all", "none"),
+        default=None,
+        help="whose own progress bars (Keras', tqdm's: lines redrawn with \\r) are drawn: default rank0 on a terminal "
+        "without the job's bar, else none (their last draw, a whole line, is always shown)",
+    )
+    parser.add_argument(
         "--dashboard", action="store_true", help=f"serve the job's page while it runs, on 127.0.0.1:{DEFAULT_PORT}"
     )
     parser.add_argument("--dashboard-at", metavar="[HOST:]PORT", help="serve it there instead (implies --dashboard)")
@@ -146,7 +171,7 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(handler=main)
 
 
-def run_config(
+def launch_config(
     args: argparse.Namespace, *, strategy: StrategySpec | None, run_dir: Path, progress: bool, label: str
 ) -> RunConfig:
     """The configuration every rank of one launch gets: this environment's (FAST_TIMEOUT, ...) plus the options;
@@ -166,7 +191,7 @@ def run_config(
     seconds = getattr(args, "budget_seconds", None)
     if seconds is not None and not 0 < seconds < math.inf:
         raise CLIError(f"--budget-seconds {seconds:g}: give the wall-clock seconds to train, > 0 (e.g. 60)")
-    outer = outer_config()
+    outer = run_config()
     samples = getattr(args, "budget_samples", None)
     return replace(
         outer,
@@ -178,6 +203,7 @@ def run_config(
         straggler_rank=rank,
         straggler_seconds=fixed,
         run_dir=run_dir.resolve(),
+        tensorboard=tensorboard_folder(args),
         log_every=args.log_every,
         progress=progress,
         verbose=args.verbose,
@@ -185,6 +211,13 @@ def run_config(
         fault_tolerant=bool(getattr(args, "fault_tolerant", False) or getattr(args, "max_restarts", 0)),
         max_restarts=getattr(args, "max_restarts", 0) or 0,
     )
+
+
+def tensorboard_folder(args: argparse.Namespace) -> Path | None:
+    """Where ``--tensorboard`` asks the ranks to write, checked here once (created, writable, the writer installed)
+    so that a bad one is one line before any rank starts."""
+    named = getattr(args, "tensorboard", None)
+    return None if named is None else check_folder(named.resolve())
 
 
 def launch_variables(config: RunConfig) -> dict[str, str]:
@@ -220,16 +253,16 @@ def main(args: argparse.Namespace) -> int:
     if args.module and not args.target:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
-    named = args.strategy or outer_config().strategy  # None: the script's own (all-reduce unless it names one)
+    named = args.strategy or run_config().strategy  # None: the script's own (all-reduce unless it names one)
     spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
     check_strategy(spec, args.topology, args.workers)
     strategy = spec if named else None
     label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
-    config = run_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
+    config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
-    shutil.rmtree(exits, ignore_errors=True)  # a reused run folder's earlier endings
+    clear_endings(run_dir)
     job = Job(
         target,
         args.workers,
@@ -240,6 +273,9 @@ def main(args: argparse.Namespace) -> int:
         fault_tolerant=config.fault_tolerant,
         spawns=config.max_restarts > 0,
         rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
+        redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
+        start_marks=run_dir if config.fault_tolerant else None,
+        freeze_seconds=freeze_seconds(args.freeze_timeout, config),
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
@@ -247,6 +283,8 @@ def main(args: argparse.Namespace) -> int:
     tolerant = ", fault-tolerant (Open MPI with ULFM)" if config.fault_tolerant else ""
     say(f"{args.workers} workers, {chosen}{straggling}{_budget_text(config)}{tolerant}")
     say(f"run folder: {run_dir}")
+    if config.tensorboard is not None:
+        say(f"TensorBoard: tensorboard --logdir {config.tensorboard}")
     write_run_file(
         run_dir,
         **started(args),
@@ -256,13 +294,19 @@ def main(args: argparse.Namespace) -> int:
         budget_samples=config.budget_samples,
         budget_seconds=config.budget_seconds,
         fault_tolerant=config.fault_tolerant,
+        tensorboard=None if config.tensorboard is None else str(config.tensorboard),
     )
     began = time.monotonic()
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
     shown = JobBar(run_dir, args.workers, label, before) if bar else None
+    relaunched: list[dict] = []  # ranks lost before MPI started, each followed by a new launch
     board = Background(run_dir, args.dashboard_at or str(DEFAULT_PORT)) if args.dashboard or args.dashboard_at else None
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
+        while job.unstartable is not None and job.variables != (relaunch := launch_again(job, config, run_dir)):
+            relaunched.append(job.unstartable)
+            job = replace(job, variables=relaunch)  # the restarts left, one fewer
+            status = run_job(job, grace=args.grace, show=shown.show if shown else None)
     finally:
         if shown is not None:
             shown.close()
@@ -273,6 +317,8 @@ def main(args: argparse.Namespace) -> int:
         cause = cause_of(errors)
         ending["error"] = {k: cause.get(k) for k in ("rank", "error", "consequence", "peers")}
         lines = [error_text(cause, errors), *lines]
+    if relaunched:
+        ending["relaunched_after"] = relaunched
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
@@ -283,6 +329,41 @@ def main(args: argparse.Namespace) -> int:
     else:
         say(f"run folder: {run_dir}")
     return status
+
+
+def freeze_seconds(given: float | None, config: RunConfig) -> float:
+    """The bound a rank may go without a heartbeat before its guard kills it: ``--freeze-timeout``, else under
+    ``--fault-tolerant`` half of FAST_TIMEOUT (the others' waits must outlast it, or they time out first), else
+    never (a frozen rank's peers then end the job with a PeerTimeout naming it)."""
+    if given is not None:
+        if not 0 <= given < math.inf:
+            raise CLIError(f"--freeze-timeout {given:g}: give the seconds without a heartbeat, >= 0 (0: never)")
+        if given and config.timeout <= given:
+            raise CLIError(
+                f"--freeze-timeout {given:g} is not below FAST_TIMEOUT ({config.timeout:g} s): the other ranks would "
+                "stop waiting for a frozen rank before its guard kills it; give fewer seconds (or raise FAST_TIMEOUT)"
+            )
+        return given
+    return config.timeout / 2 if config.fault_tolerant and math.isfinite(config.timeout) else 0.0
+
+
+def clear_endings(run_dir: Path) -> None:
+    """Forget a reused run folder's (or the launch before's) guard records, errors and start marks."""
+    for earlier in (EXITS, ERRORS, STARTING):
+        shutil.rmtree(run_dir / earlier, ignore_errors=True)
+
+
+def launch_again(job: Job, config: RunConfig, run_dir: Path) -> dict[str, str]:
+    """After a launch stopped because a rank was lost before MPI started (``job.unstartable``): the variables of a
+    new launch with one restart fewer, said, when ``--max-restarts`` has one left (nothing was trained: a new
+    launch of every rank is the lost one's replacement); else the launch's own variables, unchanged."""
+    left = int(job.variables.get(MAX_RESTARTS_VARIABLE, config.max_restarts))
+    if left <= 0:
+        return job.variables
+    say(f"{rank_text(with_step(job.unstartable, run_dir))} before its MPI start: the job starts again ({left - 1} "
+        "restart(s) left)")
+    clear_endings(run_dir)
+    return {**job.variables, MAX_RESTARTS_VARIABLE: str(left - 1)}
 
 
 def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
@@ -344,6 +425,28 @@ def with_step(lost: dict, run_dir: Path) -> dict:
     return lost
 
 
+def unrecorded_losses(run_dir: Path, recorded: list[dict]) -> list[dict]:
+    """Ranks the survivors lost (their "membership" records) that no guard's record names: a guard killed itself
+    takes its rank along (``guard.dying_with_us``) and writes nothing. The pid and host come from the lost
+    process's own "start" record; "wall" is when the first survivor learned of the loss."""
+    known = {e["rank"] for e in recorded}
+    records = read_run(run_dir)
+    detected: dict[int, float] = {}
+    for record in (r for rank_records in records.values() for r in rank_records if r["kind"] == "membership"):
+        for number in str(record.get("lost", "")).split(","):
+            if number.strip().isdigit() and int(number) not in known:
+                wall = float(record.get("detected_at") or 0.0)
+                detected[int(number)] = min(wall, detected.get(int(number), wall))
+    found = []
+    for rank, wall in sorted(detected.items()):
+        start = next((r for r in records.get(rank, []) if r.get("kind") == "start"), {})
+        found.append(
+            {"rank": rank, "pid": start.get("pid"), "host": start.get("host"), "signal": None, "status": None,
+             "wall": wall, "unrecorded": True}
+        )
+    return found
+
+
 def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[str]]:
     """How the job ended, from mpiexec's status and the guards' records: the status ``fast run`` returns, what
     run.json adds ("lost": the rank whose loss ended the job; under --fault-tolerant also "lost_ranks", every rank
@@ -354,15 +457,23 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     if not job.fault_tolerant:
         lost = lost_rank(exits, run_dir) if status != 0 else None
         return status, ({"lost": lost} if lost else {}), ([lost_text(lost, job.kind)] if lost else [])
-    endings = [with_step(e, run_dir) for e in bad_exits(exits)]
-    aborted = job.aborted or next((e for e in endings if not e.get("signal") and e.get("status", 0) > 0), None)
+    if job.unstartable is not None:  # the others waited in MPI_Init for it: fast run stopped them
+        cause = with_step(job.unstartable, run_dir)
+        line = f"{rank_text(cause)} before its MPI start finished: MPI_Init waits for every process, so the others "
+        line += "could not start; fast run stopped them (with --max-restarts K it starts the job again)"
+        return status, {"lost": cause, "lost_ranks": [cause], "survived": False, "before_mpi_start": True}, [line]
+    recorded = bad_exits(exits)
+    endings = [with_step(e, run_dir) for e in recorded + unrecorded_losses(run_dir, recorded)]
+    endings.sort(key=lambda e: e["wall"])
+    aborted = job.aborted or next((e for e in endings if not e.get("signal") and (e.get("status") or 0) > 0), None)
     if aborted is not None:  # a rank's own error is never survived (the launcher stops the others: ULFM's Abort won't)
         cause = with_step(aborted, run_dir)
         before = [e for e in endings if e["wall"] < cause["wall"]]
         line = lost_text(cause, "launcher" if job.aborted is not None else job.kind)
         return status or cause["status"], {"lost": cause, "lost_ranks": [*before, cause], "survived": False}, [line]
     replaced, finished = _replacements(run_dir)
-    if status != 0 and endings and replaced and finished and all(e.get("signal") for e in endings):
+    killed = all(e.get("signal") or e.get("unrecorded") for e in endings)
+    if status != 0 and endings and replaced and finished and killed:
         # Open MPI's launcher reports a killed rank's status once it spawned replacements; the job finished
         ending = {"lost_ranks": endings, "survived": True, "replaced": replaced, "mpiexec_status": status}
         return 0, ending, [survived_text(endings, job.workers, replaced)]
@@ -375,7 +486,8 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     every_lost = len({e["rank"] for e in endings}) >= job.workers and not (replaced and finished)
     if every_lost:  # mpiexec says 0 under ULFM even then
         first = endings[0]
-        status = 128 - first["status"] if first["status"] < 0 else first["status"] or 1
+        ended = first["status"] or 0  # None: a loss no guard recorded
+        status = 128 - ended if ended < 0 else ended or 1
         line = f"every one of the {job.workers} ranks was lost: " + "; ".join(rank_text(e) for e in endings)
         return status, {"lost": first, "lost_ranks": endings, "survived": False}, [line]
     ending = {"lost_ranks": endings, "survived": True, "replaced": replaced}
@@ -417,6 +529,10 @@ def error_text(cause: dict, errors: list[dict]) -> str:
 def rank_text(lost: dict) -> str:
     """A lost rank, how it ended and the step it was at."""
     how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
+    if lost.get("frozen") is not None:
+        how = f"froze (no heartbeat for {lost['frozen']:g} s) and was killed by its guard"
+    elif lost.get("unrecorded"):
+        how = "was lost with no record of how it ended (its guard, the process fast run starts above it, died too)"
     where = ""
     if "step" in lost:
         age = lost.get("record_age")

@@ -30,6 +30,8 @@ STRAGGLER_SECONDS_VARIABLE = "FAST_STRAGGLER_SECONDS"
 (``FAST_STRAGGLER``, the relative form, scales its own measured time instead; give one of the two)."""
 RUN_DIR_VARIABLE = "FAST_RUN_DIR"
 """The run folder; each rank appends its records to ``rank<r>.jsonl`` there."""
+TENSORBOARD_VARIABLE = "FAST_TENSORBOARD"
+"""A folder for TensorBoard: each rank writes its records as scalars there too (``fast_core.observers.tensorboard``)."""
 LOG_EVERY_VARIABLE = "FAST_LOG_EVERY"
 """A "step" record every this many steps (default 10)."""
 PROGRESS_VARIABLE = "FAST_PROGRESS"
@@ -51,6 +53,9 @@ MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
 """0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
 the launcher only."""
+HEARTBEAT_VARIABLE = "FAST_HEARTBEAT_FD"
+"""The pipe a rank beats on, which its guard watches (``fast run --freeze-timeout``; set by the guard, never by
+hand: ``fast_core.runtime.heartbeat``)."""
 GUARD_VARIABLE = "FAST_GUARD"
 """Set by ``fast run``'s guard (fast_core/cli/guard.py) for the rank below it: the guard's command line up to
 ``--``, as a JSON list, so that a replacement process is started below a guard of its own."""
@@ -77,6 +82,8 @@ class RunConfig:
     straggler_seconds: float | None = None
     """The fixed straggler: its rank sleeps this many seconds per step (``fast bench`` calibrates it)."""
     run_dir: Path | None = None
+    tensorboard: Path | None = None
+    """Where the ranks write their records as TensorBoard scalars too (None: nowhere)."""
     log_every: int = DEFAULT_LOG_EVERY
     progress: bool = False
     verbose: bool = False
@@ -90,6 +97,8 @@ class RunConfig:
     MPI engine."""
     max_restarts: int = 0
     """Lost ranks the fault-tolerant job replaces with new processes (FAST_MAX_RESTARTS); the others go on without."""
+    heartbeat_fd: int | None = None
+    """The pipe this rank beats on for its guard (FAST_HEARTBEAT_FD), or None: no guard watches for a freeze."""
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None) -> RunConfig:
@@ -100,6 +109,7 @@ class RunConfig:
             return env.get(name, "").strip()
 
         run_dir = text(RUN_DIR_VARIABLE)
+        tensorboard = text(TENSORBOARD_VARIABLE)
         straggler = _straggler_factor(text(STRAGGLER_VARIABLE))
         straggler_seconds = _straggler_seconds(text(STRAGGLER_SECONDS_VARIABLE))
         if straggler is not None and straggler_seconds is not None:
@@ -115,6 +125,7 @@ class RunConfig:
             straggler_rank=_whole(text(STRAGGLER_RANK_VARIABLE), STRAGGLER_RANK_VARIABLE, "1", minimum=0),
             straggler_seconds=straggler_seconds,
             run_dir=Path(run_dir) if run_dir else None,
+            tensorboard=Path(tensorboard) if tensorboard else None,
             log_every=_whole(text(LOG_EVERY_VARIABLE), LOG_EVERY_VARIABLE, "10", minimum=1) or DEFAULT_LOG_EVERY,
             progress=_switch(text(PROGRESS_VARIABLE)),
             verbose=_switch(text(VERBOSE_VARIABLE)),
@@ -123,6 +134,7 @@ class RunConfig:
             budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
             fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
             max_restarts=_whole(text(MAX_RESTARTS_VARIABLE), MAX_RESTARTS_VARIABLE, "2", minimum=0) or 0,
+            heartbeat_fd=_whole(text(HEARTBEAT_VARIABLE), HEARTBEAT_VARIABLE, "5", minimum=0),
         )
 
     def to_environment(self) -> dict[str, str]:
@@ -136,6 +148,7 @@ class RunConfig:
             STRAGGLER_RANK_VARIABLE: "" if self.straggler_rank is None else str(self.straggler_rank),
             STRAGGLER_SECONDS_VARIABLE: "" if self.straggler_seconds is None else repr(self.straggler_seconds),
             RUN_DIR_VARIABLE: "" if self.run_dir is None else str(self.run_dir),
+            TENSORBOARD_VARIABLE: "" if self.tensorboard is None else str(self.tensorboard),
             LOG_EVERY_VARIABLE: str(self.log_every),
             PROGRESS_VARIABLE: "1" if self.progress else "0",
             VERBOSE_VARIABLE: "1" if self.verbose else "0",
@@ -144,12 +157,13 @@ class RunConfig:
             BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
             FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
             MAX_RESTARTS_VARIABLE: str(self.max_restarts),
+            HEARTBEAT_VARIABLE: "" if self.heartbeat_fd is None else str(self.heartbeat_fd),
         }
 
     @property
     def reporting(self) -> bool:
-        """True when records, a progress bar or verbose lines are asked for."""
-        return self.run_dir is not None or self.progress or self.verbose
+        """True when records, TensorBoard scalars, a progress bar or verbose lines are asked for."""
+        return self.run_dir is not None or self.tensorboard is not None or self.progress or self.verbose
 
 
 def parse_timeout(text: str) -> float:

@@ -2,9 +2,11 @@
 
 Scripts hand over what only they know (``worker.records.step(loss=..., samples=...)`` each step,
 ``worker.records.epoch(val_accuracy=...)``, ``worker.records.result(test_accuracy=...)``); the Reporter adds the
-step count and the worker's counters (bytes, waits, staleness, the last consensus distance the script computed) and
-writes a "step" record every ``FAST_LOG_EVERY`` steps. Nothing here is collective, and without the environment
-variables that `fast run` sets the Worker has no Reporter at all.
+step count and the worker's counters (bytes, waits, staleness, the last consensus distance the script computed,
+the samples a sample budget has left) and writes a "step" record every ``FAST_LOG_EVERY`` steps, with the steps per
+second since the last one. Each record goes to the run folder and, when asked for, to TensorBoard
+(``fast_core.observers.tensorboard``): the same record to both. Nothing here is collective, and without the
+environment variables that `fast run` sets (or a Worker's ``tensorboard=``) the Worker has no Reporter at all.
 
 Times, for honest job figures (``fast bench``): every record's ``time`` counts seconds since the worker's start,
 which is collective, so it is the job's common start on every rank; the "start" record also holds it as wall-clock
@@ -27,19 +29,10 @@ from fast_core.metrics import Metrics
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, Recorded, Recovered, Started, StepEnded
 from fast_core.observers.progress import ProgressBar, print_record
-from fast_core.observers.runlog import RunLog, rank_file
+from fast_core.observers.runlog import COUNTERS, RunLog, rank_file
 from fast_core.observers.straggler import Straggler
+from fast_core.observers.tensorboard import TensorBoard
 
-METRICS = (
-    "bytes_sent",
-    "bytes_received",
-    "messages_sent",
-    "wait_seconds",
-    "mean_staleness",
-    "staleness_max",
-    "refused_messages",
-)
-"""The worker's counters copied into every record (cumulative), besides the consensus distance."""
 SUMMED = "samples"
 """The one recorded value that adds up (a running total); every other value is averaged between records."""
 
@@ -58,10 +51,13 @@ class Reporter(Observer):
         verbose: bool,
         label: str = "",
         straggler: Straggler | None = None,
+        tensorboard: Path | None = None,
     ) -> None:
         self.rank = rank
         self.every = every
         self.log = RunLog(rank_file(run_dir, rank)) if run_dir is not None else None
+        self.tensorboard = TensorBoard(tensorboard, rank) if tensorboard is not None else None
+        """The same records as TensorBoard scalars (``fast_core.observers.tensorboard``), made before training."""
         self._progress = progress and rank == 0
         self._verbose = verbose
         self._label = label
@@ -71,6 +67,7 @@ class Reporter(Observer):
         self._samples = 0.0
         self._epochs = 0
         self._last_step = -1
+        self._rate_from = (0, 0.0)  # (step, time) of the last step record (or the start): steps/s since then
         self._step_time = 0.0  # seconds from the start to the end of the last step (closing may wait for peers)
         self._wall_stop: float | None = None  # time.time() at the end of the last step
         self._compute = 0.0  # the steps' compute seconds, summed
@@ -83,6 +80,7 @@ class Reporter(Observer):
         wall = time.time()
         self._start = time.perf_counter()
         self._metrics = event.metrics
+        self._rate_from = (event.step, 0.0)
         if self._progress:
             self._bar = ProgressBar(self._label or event.strategy_name)
         meta = {"size": event.size, "strategy": event.strategy, "host": socket.gethostname()}
@@ -143,19 +141,30 @@ class Reporter(Observer):
         self._counts.clear()
         return {**means, SUMMED: self._samples}
 
+    def _rate(self, step: int, now: float) -> float:
+        """Steps per second since the last step record (or the start)."""
+        first_step, first_time = self._rate_from
+        self._rate_from = (step, now)
+        return (step - first_step) / (now - first_time) if now > first_time else 0.0
+
     def _emit(self, step: int, kind: str, values: dict[str, Any]) -> None:
         metrics = self._metrics.as_dict()
         record = {"kind": kind, "rank": self.rank, "step": step, "time": time.perf_counter() - self._start}
-        record.update({key: metrics[key] for key in METRICS})
+        record.update({key: metrics[key] for key in COUNTERS})
         record["compute_seconds"] = self._compute
         record["consensus_distance"] = metrics["consensus_distance"]
+        if metrics["samples_left"] is not None:
+            record["samples_left"] = metrics["samples_left"]
+        if kind == "step":
+            record["steps_per_second"] = self._rate(step, record["time"])
         record.update(values)
         if kind == "step":
             self._last_step = step
         if self.log is not None:
             self.log.write(record)
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
         if self._bar is not None and kind in ("step", "epoch"):
             self._bar.show(record)
         if self._verbose and (self._bar is None or kind not in ("step", "epoch")):
             print_record(record)
-

@@ -1,7 +1,10 @@
 """The run folder `fast run` gives a job: one JSON-lines file of records per rank, and how to read them back.
 
-A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus"), ``rank``,
-``step``, ``time`` (seconds since the worker started) and numbers. The launcher passes the folder and its options to the
+A record is one flat JSON object: ``kind`` ("start", "step", "epoch", "close", "result", "consensus", "membership"),
+``rank``, ``step``, ``time`` (seconds since the worker started) and numbers: what the script recorded, the worker's
+counters (cumulative: ``bytes_sent``, ``wait_seconds``, ``compute_seconds``, ``mean_staleness``,
+``refused_messages``, ...), the last ``consensus_distance`` computed, ``samples_left`` under a sample budget, and in
+"step" records ``steps_per_second`` since the previous one. The launcher passes the folder and its options to the
 ranks through the run configuration (``fast_core.config.run``), so scripts need no argument parsing.
 """
 
@@ -13,6 +16,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+COUNTERS = (
+    "bytes_sent",
+    "bytes_received",
+    "messages_sent",
+    "wait_seconds",
+    "mean_staleness",
+    "staleness_max",
+    "refused_messages",
+)
+"""The worker's counters copied into every record (cumulative), besides ``compute_seconds``, the consensus distance
+and the samples left."""
 RUN_FILE = "run.json"
 """The launcher's description of the job (command, ranks, strategy, exit code) in the run folder."""
 

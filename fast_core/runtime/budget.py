@@ -126,6 +126,16 @@ class Allowance:
         return None if self._shared is None else self._shared.spent_at
 
     @property
+    def samples_left(self) -> int | None:
+        """Samples of a sample budget not granted yet (None without one): rank 0 holds an asynchronous budget's
+        counter, the other ranks its value at their last grant; a lockstep budget is counted alike on every rank."""
+        if self.budget.samples is None:
+            return None
+        if self._shared is not None:
+            return self._shared.remaining if self._shared.rank == 0 else self._shared.last_left
+        return max(0, self.budget.samples - self._lockstep_samples)
+
+    @property
     def ahead(self) -> int | None:
         """Under an asynchronous sample budget, the batches this rank now reserves at a time; None elsewhere."""
         return None if self._shared is None else self._shared.ahead

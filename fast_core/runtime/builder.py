@@ -8,13 +8,16 @@ under ``fast run``), giving each observer what it needs when it is made.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from fast_core.config.current import run_config
 from fast_core.config.run import RunConfig
 from fast_core.engine import Engine
 from fast_core.engine.metered import MeteredEngine
+from fast_core.errors import ConfigError
 from fast_core.metrics import Metrics
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer, Observers
@@ -53,10 +56,19 @@ def wire(
     *,
     observers: Sequence[Observer] | None = None,
     budget: Budget | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
 ) -> Parts:
     """The parts of one rank's Worker. ``strategy``, ``observers`` and ``budget``: None takes the run
-    configuration's (``config``, else this process's: ``fast_core.run_config()``)."""
+    configuration's (``config``, else this process's: ``fast_core.run_config()``). ``tensorboard``: a folder for
+    the records as TensorBoard scalars, in place of the configuration's (``fast run --tensorboard``)."""
     config = config if config is not None else run_config()
+    if tensorboard is not None:
+        if observers is not None:
+            raise ConfigError(
+                "give observers= or tensorboard=, not both: add fast_core.observers.reporting.Reporter(rank, None, "
+                "10, False, False, tensorboard=DIR) to your observers instead"
+            )
+        config = replace(config, tensorboard=Path(tensorboard))
     resolved = resolve_strategy(strategy, config)
     metrics = Metrics()
     context = StepContext(MeteredEngine(engine, metrics), model, metrics)
@@ -73,7 +85,9 @@ def observers_for(config: RunConfig, rank: int, size: int) -> list[Observer]:
     observers: list[Observer] = []
     if config.reporting:
         every, label = config.log_every, config.label
-        observers.append(Reporter(rank, config.run_dir, every, config.progress, config.verbose, label, straggler))
+        observers.append(
+            Reporter(rank, config.run_dir, every, config.progress, config.verbose, label, straggler, config.tensorboard)
+        )
     if straggler is not None:
         observers.append(straggler)
     return observers

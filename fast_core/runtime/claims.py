@@ -44,6 +44,7 @@ class Claims:
         state = self._group.state
         allowance = Allowance(self.budget, state.context.engine, lockstep_steps, first_step=state.step)
         state.allowance = allowance if joining else allowance.start()
+        state.context.metrics.samples_left = allowance.samples_left
 
     def batch(self, batch_size: int) -> int:
         """``Worker.claim_batch``: the grant for this step's batch (the same when asked again before the step ends),
@@ -53,7 +54,10 @@ class Claims:
             return self._last[1]
         granted = self._reserved if self._reserved is not None else self._claim(batch_size, ahead=0)
         self._reserved = None
-        self._group.state.context.metrics.samples += granted
+        metrics = self._group.state.context.metrics
+        metrics.samples += granted
+        if self.allowance is not None:
+            metrics.samples_left = self.allowance.samples_left
         self._last = (step, granted)
         return granted
 

@@ -19,7 +19,7 @@ import numpy as np
 from fast_core.engine import collectives
 from fast_core.errors import PeerLost
 from fast_core.observers.events import Recovered
-from fast_core.runtime.survival import RecoveryState, check_can_survive, join, resync, survive
+from fast_core.runtime.survival import RecoveryState, check_can_survive, join, leave_behind, resync, survive
 from fast_core.strategies.base import GroupChange
 from fast_core.strategies.integrity import finite_average
 
@@ -37,6 +37,7 @@ class Group:
         """The losses of ranks this worker survived (a fault-tolerant engine), in order."""
         self._announce = announce
         self._change: GroupChange | None = None  # a loss survived, its consensus point still to come
+        self._unstarted: list[Recovered] = []  # ranks lost during the start, announced once it is
         self._detected = 0.0
 
     # what scripts use ---------------------------------------------------------------------------------------------
@@ -86,6 +87,27 @@ class Group:
         """The step to run next: ``next_step``, or after a loss in this step the group's consensus point's."""
         return next_step if self._change is None else self._recover(next_step)
 
+    def start(self, start: Callable[[], None]) -> None:
+        """Run the group's start, ``start`` (collective: the setup check, the start broadcast, the strategy's
+        setup, the budget); a rank lost in it (a fault-tolerant engine) is left behind and the survivors start
+        again without it. No replacement is started: there is no running group yet for one to join, and nothing
+        trained is lost (``--max-restarts`` is kept for losses in training)."""
+        for attempt in itertools.count():
+            try:
+                start()
+                return
+            except PeerLost as error:
+                check_can_survive(self.state, error, attempt)
+                self._unstarted.append(leave_behind(self.state, error))
+
+    def started(self) -> None:
+        """The start is announced: now tell the observers of the ranks it left behind (after the start's record)."""
+        for recovery in self._unstarted:
+            self.recoveries.append(recovery)
+            self._announce(recovery)
+            self._say(recovery)
+        self._unstarted.clear()
+
     def join(self) -> None:
         """Start as a replacement of lost ranks (a process ``FaultTolerant.grow`` started): join the running group,
         taking its parameters, step, optimizer state and budget share."""
@@ -112,14 +134,17 @@ class Group:
         self._change = None
         self.recoveries.append(recovery)
         self._announce(recovery)
+        self._say(recovery)
+        return step
+
+    def _say(self, recovery: Recovered) -> None:
         if self.state.engine.rank == 0:
             replaced = f"replaced {list(recovery.replaced)}, " if recovery.replaced else ""
             log.warning(
                 "lost rank(s) %s; %s%d rank(s) go on from step %d (recovered in %.2f s)",
                 list(recovery.lost),
                 replaced,
-                size,
-                step,
+                recovery.size,
+                recovery.step,
                 recovery.recovered_at - recovery.detected_at,
             )
-        return step

@@ -14,7 +14,8 @@ from fast_core.config.current import run_config
 from fast_core.config.run import check_timeout
 from fast_core.engine import Engine, default_engine
 from fast_core.engine.collectives import JOB
-from fast_core.runtime import uncaught
+from fast_core.runtime import startup, uncaught
+from fast_core.runtime.heartbeat import start_heartbeat
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -29,11 +30,18 @@ def init(timeout: float | None = None) -> Engine:
     with _lock:
         if _engine is None:
             config = run_config()
+            marked = config.run_dir is not None and config.fault_tolerant  # a loss before MPI runs is told apart
+            if marked:
+                startup.mark_starting(config.run_dir)
             _engine = default_engine(
                 timeout=config.timeout if timeout is None else check_timeout(timeout),
                 fault_tolerant=config.fault_tolerant,
                 max_restarts=config.max_restarts,
             )
+            if marked:
+                startup.mark_started(config.run_dir)
+            if config.heartbeat_fd is not None:  # under a guard that watches for a freeze
+                start_heartbeat(config.heartbeat_fd)
             if config.run_dir is not None:  # under fast run: an uncaught error reaches its closing line
                 uncaught.install(config.run_dir, _engine.rank)
         return _engine

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,6 +36,7 @@ from fast_core.engine import Engine
 from fast_core.engine.capabilities import FaultTolerant, fault_tolerance
 from fast_core.errors import ConfigError, PeerLost
 from fast_core.model.contract import ModelAdapter
+from fast_core.observers.events import Recovered
 from fast_core.runtime.agreement import check_same_setup
 from fast_core.runtime.budget import Allowance
 from fast_core.runtime.clock import set_step
@@ -89,6 +91,23 @@ def survive(state: RecoveryState, error: PeerLost) -> GroupChange:
     change = GroupChange(kept, old_size, lost, engine.size, replaced)
     _regroup(state, change, member=True)
     return change
+
+
+def leave_behind(state: RecoveryState, error: PeerLost) -> Recovered:
+    """A rank lost during the group's start: the survivors shrink the group (collective), a budget's service
+    half-started is stopped and the topology healed, for the start to run again over them. Nothing else is
+    undone: a strategy whose setup was cut short is set up again from the start (as a Schedule's next phase)."""
+    detected = time.time()
+    engine = fault_tolerance(state.engine)
+    old_world, old_size = engine.world_ranks, engine.size
+    log.warning("rank %d (launched as %d), starting: %s", engine.rank, old_world[engine.rank], error)
+    if state.allowance is not None:
+        state.allowance.abandon()
+        state.allowance = None
+    lost = engine.shrink()
+    kept = tuple(old_world.index(w) for w in engine.world_ranks)
+    state.strategy.heal_topology(GroupChange(kept, old_size, lost, engine.size))
+    return Recovered(state.step, lost, (), engine.size, detected, time.time())
 
 
 def join(state: RecoveryState) -> None:

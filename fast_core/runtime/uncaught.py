@@ -5,11 +5,13 @@ other rank. So each rank (``install``, from ``fast_core.init()`` when it runs un
 uncaught exception in ``RUN_DIR/errors/rank<r>.json`` (type, first line of the message, the traceback, the wall
 clock), which ``fast run`` reads to name the cause in its closing line and run.json. An error that only follows
 another rank's (a ``PeerTimeout``, ``PeerFailed`` or ``PeerLost``: it names the peer it waited for or lost) is
-shown as one line instead of a traceback; its traceback stays in the record.
+shown as one line instead of a traceback, and so is an error another rank already shows (the same type and message,
+as a bad option refused on every rank); the traceback stays in the record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -39,7 +41,7 @@ def install(run_dir: Path, rank: int) -> None:
 
     def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
         consequence = isinstance(error, CONSEQUENCES)
-        record(run_dir, rank, error, "".join(traceback.format_exception(kind, error, trace)))
+        record(run_dir, rank, error, "".join(traceback.format_exception(kind, error, trace)), consequence)
         if consequence:
             print(
                 f"rank {rank} stopped: {describe(error)} (it waited for or lost another rank: fast run's closing "
@@ -47,8 +49,17 @@ def install(run_dir: Path, rank: int) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-        else:
+            return
+        teller = first_to_tell(run_dir, rank, error)
+        if teller == rank:
             shown(kind, error, trace)
+        else:
+            print(
+                f"rank {rank} stopped with the error rank {teller} shows: {describe(error)} (the traceback is in the "
+                f"run folder's errors/rank{rank}.json)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     sys.excepthook = hook
 
@@ -59,12 +70,33 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def record(run_dir: Path, rank: int, error: BaseException, trace: str) -> None:
-    """Write rank ``rank``'s error record (whole, then renamed into place); a folder we cannot write is no error."""
+def first_to_tell(run_dir: Path, rank: int, error: BaseException) -> int:
+    """The rank that shows ``error``'s traceback: the first of the ranks raising the same error (type and message,
+    as a bad option is refused on every rank) to claim it in the run folder, else ``rank`` itself (a folder we
+    cannot write, or not shared between hosts, and each rank shows its own)."""
+    digest = hashlib.sha256(describe(error).encode()).hexdigest()[:16]
+    claim = Path(run_dir) / ERRORS / f".shown-{digest}"
+    try:
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        time.sleep(0.05)  # the claimant writes its rank right after creating the file
+        text = claim.read_text().strip() if claim.is_file() else ""
+        return int(text) if text.isdigit() else rank
+    except OSError:
+        return rank
+    with os.fdopen(descriptor, "w") as told:
+        told.write(str(rank))
+    return rank
+
+
+def record(run_dir: Path, rank: int, error: BaseException, trace: str, consequence: bool) -> None:
+    """Write rank ``rank``'s error record (whole, then renamed into place); a folder we cannot write is no error.
+    ``consequence``: the error only follows another rank's (a ``CONSEQUENCES``)."""
     ended = {
         "rank": rank,
         "error": describe(error),
-        "consequence": isinstance(error, CONSEQUENCES),
+        "consequence": consequence,
         "peers": [int(r) for r in getattr(error, "ranks", ()) or ()],  # whom a consequence waited for or lost
         "wall": time.time(),
         "traceback": trace,

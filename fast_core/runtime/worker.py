@@ -11,6 +11,7 @@ reads no environment variable itself: the run configuration is resolved before i
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -38,6 +39,9 @@ class Worker:
     else all-reduce). ``observers``: None takes those the run configuration asks for (a reporter and a straggler
     under ``fast run``); pass a list (maybe empty) to choose. ``budget``: a shared work budget
     (``fast_core.Budget``), or None for the run configuration's (``fast run --budget-samples``, else none).
+    ``tensorboard``: a folder where this rank writes its records as TensorBoard scalars too
+    (``fast_core.observers.tensorboard``; the ``tensorboard`` extra), or None for the run configuration's (``fast run
+    --tensorboard``).
     ``broadcast_start``: rank 0's parameters are every rank's start (the default); False keeps each rank's own,
     refused for strategies that need an equal start (``Strategy.needs_equal_start``: choco, diloco).
     """
@@ -53,8 +57,9 @@ class Worker:
         observers: Sequence[Observer] | None = None,
         config: RunConfig | None = None,
         budget: Budget | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
     ) -> None:
-        parts = wire(model, strategy, engine, config, observers=observers, budget=budget)
+        parts = wire(model, strategy, engine, config, observers=observers, budget=budget, tensorboard=tensorboard)
         self.model, self.engine, self.strategy = model, engine, parts.strategy
         self.metrics, self.context = parts.metrics, parts.context
         self.group, self.claims = parts.group, parts.claims
@@ -92,25 +97,30 @@ class Worker:
             self.claims.open(self.strategy.lockstep_steps() if budgeted else 0, joining=True)
             self.group.join()
         else:
-            check_same_setup(self.model.layout, canonical_strategy(self.strategy, shared=True), self.engine)
-            lockstep_steps = self.strategy.lockstep_steps() if budgeted else 0  # may refuse, on every rank
-            if self._broadcast_start:
-                collectives.broadcast_params(self.model, self.engine, root=0)
-            elif self.strategy.needs_equal_start:  # the same on every rank: every rank refuses
-                raise ConfigError(
-                    f"{canonical_strategy(self.strategy)} needs every replica to start from the same parameters "
-                    "(its state starts from this worker's own, so replicas that start apart would never meet): leave "
-                    "broadcast_start at its default, True"
-                )
-            self.strategy.setup(self.context)
-            self.claims.open(lockstep_steps)  # collective under a budget, like the rest of start
+            self.group.start(lambda: self._start_together(budgeted))  # a rank lost meanwhile is left behind
             self.group.state.first_step = self.step
         started = self.claims.started_at
         self.started_at = started if started is not None else time.monotonic()
         self._started = True
         self._clock.restart()
         self.observers.announce(self._started_event())  # also when none listens yet: one attached later hears it
+        self.group.started()
         return self
+
+    def _start_together(self, budgeted: bool) -> None:
+        """The collective part of ``start`` on a new job (all of it runs again over the survivors of a loss)."""
+        check_same_setup(self.model.layout, canonical_strategy(self.strategy, shared=True), self.engine)
+        lockstep_steps = self.strategy.lockstep_steps() if budgeted else 0  # may refuse, on every rank
+        if self._broadcast_start:
+            collectives.broadcast_params(self.model, self.engine, root=0)
+        elif self.strategy.needs_equal_start:  # the same on every rank: every rank refuses
+            raise ConfigError(
+                f"{canonical_strategy(self.strategy)} needs every replica to start from the same parameters "
+                "(its state starts from this worker's own, so replicas that start apart would never meet): leave "
+                "broadcast_start at its default, True"
+            )
+        self.strategy.setup(self.context)
+        self.claims.open(lockstep_steps)  # collective under a budget, like the rest of start
 
     def _started_event(self) -> Started:
         budget = self.claims.budget

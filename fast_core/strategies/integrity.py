@@ -103,7 +103,7 @@ def finite_average(model: ModelAdapter, engine: Engine, what: str = "the consens
         return mean
     bad = np.zeros(engine.size, dtype=np.int64)
     bad[engine.rank] = not all_finite(model.params())
-    engine.allreduce(bad)
+    engine.allreduce(bad, kind=collectives.JOB)
     ranks = [int(r) for r in np.flatnonzero(bad)] or "none alone (their sum overflowed)"
     raise NonFiniteError(
         f"{what} holds NaN or Inf: rank(s) {ranks} hold non-finite parameters, so it is neither reported nor saved "

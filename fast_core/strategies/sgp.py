@@ -85,8 +85,7 @@ class SGP(Strategy):
         layout = ctx.layout
         # [x_i..., w_i] in one buffer: it is scaled by p_i and sent as is, then the receives are added to it
         self._state = np.empty(layout.size + 1, dtype=layout.dtype)
-        self._state[:-1] = ctx.model.params()
-        self._state[-1] = 1.0
+        self.reset(ctx)
         self._wire = ParameterWire(self._codec, exact_tail=1)  # the weight, last, is never rounded
         received: dict[int, np.ndarray] = {}
         self._rounds: list[_Round] = []
