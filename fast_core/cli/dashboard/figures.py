@@ -107,11 +107,13 @@ def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def rank_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    """(seconds since the common start, value) of one rank: its step rate between step records, its mean
-    staleness and its MB sent."""
+    """(seconds since the common start, value) of one rank: its step rate between step records (as each record
+    says it, where it does), its mean staleness and its MB sent."""
     steps = [r for r in current(records) if r.get("kind") == "step"]
     rate = [
-        (b["time"], (b["step"] - a["step"]) / (b["time"] - a["time"]))
+        (b["time"], b["steps_per_second"])
+        if b.get("steps_per_second") is not None
+        else (b["time"], (b["step"] - a["step"]) / (b["time"] - a["time"]))
         for a, b in zip(steps, steps[1:], strict=False)
         if b["time"] > a["time"]
     ]

@@ -83,6 +83,15 @@ def step_rate(records: list[dict[str, Any]], own: bool = False) -> float | None:
     return (steps[-1]["step"] - steps[0]["step"]) / seconds if seconds > 0 else None
 
 
+def recorded_rate(records: list[dict[str, Any]]) -> float | None:
+    """The rank's step rate as its newest "step" record says it (``steps_per_second``, since the record before),
+    so page and file agree; computed over the last records where the writer predates that field."""
+    steps = [r for r in current(records) if r.get("kind") == "step"]
+    if steps and steps[-1].get("steps_per_second") is not None:
+        return steps[-1]["steps_per_second"]
+    return step_rate(records)
+
+
 def record_interval(records: list[dict[str, Any]]) -> float | None:
     """Mean seconds between the rank's "step" records so far (how often it is heard from)."""
     times = [r["time"] for r in current(records) if r.get("kind") == "step"]
@@ -153,7 +162,7 @@ def _rank(folder: RunFolder, rank: int, live: bool, lost: dict[int, str], freshe
     kinds = {r.get("kind") for r in mine}
     values = {
         "step": latest(mine, "step"),
-        "steps_per_second": step_rate(records),
+        "steps_per_second": recorded_rate(records),
         "own_steps_per_second": step_rate(records, own=True),
         "samples": folder.ranks[rank].samples.samples if any("samples" in r for r in records) else None,
         "mean_staleness": latest(mine, "mean_staleness"),
