@@ -6,7 +6,9 @@
 the gradients by default, any FAST strategy through ``fast run --strategy``), ``callbacks``
 (``BroadcastGlobalVariablesCallback``, which runs FAST's strategy, ``MetricAverageCallback``,
 ``LearningRateWarmupCallback``, ``LearningRateScheduleCallback``), ``allreduce``/``allgather``/``broadcast``,
-``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``. What FAST cannot honour raises
+``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``; for a TensorFlow 2 custom loop
+(``import horovod.tensorflow as hvd``), ``DistributedGradientTape``, ``PartialDistributedGradientTape`` and
+``broadcast_variables``, which like the collectives work inside ``tf.function`` too. What FAST cannot honour raises
 an error that says so.
 """
 
@@ -33,6 +35,7 @@ from fast_core.runtime.process import init as _engine
 from ..optimizer import DistributedOptimizer as _FastOptimizer
 from . import callbacks
 from .ops import allgather, allreduce, broadcast
+from .tape import DistributedGradientTape, PartialDistributedGradientTape, broadcast_variables
 
 
 class Compression:
@@ -96,10 +99,13 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     *_common,
     "Compression",
+    "DistributedGradientTape",
     "DistributedOptimizer",
+    "PartialDistributedGradientTape",
     "allgather",
     "allreduce",
     "broadcast",
+    "broadcast_variables",
     "callbacks",
     "shutdown",
 ]
