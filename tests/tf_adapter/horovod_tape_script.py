@@ -41,6 +41,48 @@ def horovod_rule(kernel: np.ndarray, bias: np.ndarray, size: int) -> tuple[np.nd
     return kernel, bias
 
 
+def restored_adam_fit(folder: str) -> dict:
+    """Horovod's restore pattern: rank 0 alone holds a trained Adam state (as loaded from a checkpoint), every rank
+    fits with BroadcastGlobalVariablesCallback; the best model is saved by rank 0 alone."""
+    tf.keras.utils.set_random_seed(hvd.rank())
+    model = tf.keras.Sequential([tf.keras.Input((FEATURES,)), tf.keras.layers.Dense(CLASSES)])
+    adam = tf.keras.optimizers.Adam(0.01)
+    if hvd.rank() == 0:
+        adam.build(model.trainable_variables)
+        for variable in adam.variables[1:]:  # the moments (the first is the step count)
+            variable.assign(np.full(variable.shape, 0.5, dtype=np.float32))
+    model.compile(optimizer=hvd.DistributedOptimizer(adam), loss="sparse_categorical_crossentropy")
+    x, y = (np.concatenate(part) for part in zip(*(batch(hvd.rank(), s) for s in range(3)), strict=True))
+    best = hvd.callbacks.BestModelCheckpoint(filepath=f"{folder}/best.keras", monitor="loss")
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0, average_at_end=False), best]
+    model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+    state = np.concatenate([np.ravel(v) for v in [*model.weights, *adam.variables]])[None, :]
+    every = hvd.allgather(tf.constant(state)).numpy()
+    tracked = best.best is not None and bool(np.isfinite(float(best.best)))  # rank 0's best loss; untouched elsewhere
+    return {"restored_equal": bool(np.all(every == every[0])), "best_tracked": tracked}
+
+
+def calls() -> dict:
+    """The rest of Horovod's TensorFlow collectives, eagerly and in a graph."""
+    rank, size = hvd.rank(), hvd.size()
+    rows = tf.constant(np.arange(5 * 2, dtype=np.float32).reshape(5, 2) * (rank + 1))
+    scattered = hvd.reducescatter(rows, op=hvd.Sum)
+    in_graph = tf.function(lambda t: hvd.reducescatter(t, op=hvd.Sum))(rows)
+    sent = tf.constant([[10 * rank + i] for i in range(3)])  # 3 rows: rank 0 gets 1 of them, rank 1 gets 2
+    received, came = hvd.alltoall(sent, splits=[1, 2])
+    hvd.barrier()
+    grouped = hvd.grouped_allreduce([tf.constant([float(rank)]), tf.constant([2.0 * rank])])
+    return {
+        "reducescatter": scattered.numpy().tolist(),
+        "reducescatter_graph": in_graph.numpy().tolist(),
+        "alltoall": received.numpy().ravel().tolist(),
+        "alltoall_from": came.numpy().tolist(),
+        "grouped": [float(g.numpy()[0]) for g in grouped],
+        "queries": [hvd.mpi_built(), hvd.mpi_enabled(), hvd.nccl_built(), hvd.gloo_built(), hvd.gloo_enabled()],
+        "size": size,
+    }
+
+
 def main() -> None:
     hvd.init()
     tf.keras.utils.set_random_seed(hvd.rank())  # each rank starts elsewhere: the broadcast must fix it
@@ -82,6 +124,12 @@ def main() -> None:
     kept = partial.gradient(loss, model.trainable_variables)
     averaged = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
     same = hvd.allgather(tf.constant(np.concatenate([kernel.ravel(), bias])[None, :])).numpy()
+    restored, called = restored_adam_fit(os.path.dirname(sys.argv[1])), calls()
+    for rank in range(hvd.size()):  # each rank says what it saw, in turn
+        if rank == hvd.rank():
+            with open(f"{sys.argv[1]}.{rank}", "w") as out:
+                json.dump({**restored, **called}, out)
+        hvd.barrier()
     if hvd.rank() == 0:
         result = {
             "error": float(max(np.abs(kernel - want_kernel).max(), np.abs(bias - want_bias).max())),

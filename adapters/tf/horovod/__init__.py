@@ -34,7 +34,7 @@ from fast_core.runtime.process import init as _engine
 
 from ..optimizer import DistributedOptimizer as _FastOptimizer
 from . import callbacks
-from .ops import allgather, allreduce, broadcast
+from .ops import allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter
 from .tape import DistributedGradientTape, PartialDistributedGradientTape, broadcast_variables
 
 
@@ -104,8 +104,11 @@ __all__ = [
     "PartialDistributedGradientTape",
     "allgather",
     "allreduce",
+    "alltoall",
     "broadcast",
     "broadcast_variables",
     "callbacks",
+    "grouped_allreduce",
+    "reducescatter",
     "shutdown",
 ]

@@ -89,3 +89,52 @@ def _tensor(value: Any, what: str) -> Any:
     if isinstance(value, keras.Variable):
         return keras.ops.copy(value)
     return keras.ops.convert_to_tensor(value)
+
+
+def grouped_allreduce(tensors: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
+    """``allreduce`` of each tensor, with the same arguments."""
+    return [allreduce(tensor, *args, **kwargs) for tensor in tensors]
+
+
+def reducescatter(
+    value: Any,
+    name: str | None = None,
+    op: horovod.ReduceOp | None = None,
+    compression: Any = None,
+    process_set: Any = horovod.global_process_set,
+) -> Any:
+    """The mean (``op=hvd.Sum``: the sum) of ``value`` over ranks, of which this rank keeps its rows of the first
+    dimension (as even as possible, the first ranks one more), as a tensor of its dtype; inside ``tf.function``
+    too."""
+    op = horovod.resolve_op(op)
+    horovod.check_compression(compression, _engine())
+    horovod.check_process_set(process_set)
+    tensor = _tensor(value, "reducescatter")
+
+    def scatter(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return [horovod.reducescatter_array(arrays[0], op, _engine())]
+
+    if in_graph():
+        engine = _engine()
+        rows = tensor.shape[0]
+        mine = None if rows is None else horovod.scatter_counts(rows, engine.size)[engine.rank]
+        return on_host([tensor], scatter, [[mine, *tensor.shape[1:]]])[0]
+    host = scatter([np.asarray(keras.ops.convert_to_numpy(tensor))])[0]
+    return keras.ops.convert_to_tensor(host, dtype=tensor.dtype)
+
+
+def alltoall(
+    value: Any, splits: Any = None, name: str | None = None, process_set: Any = horovod.global_process_set
+) -> tuple[Any, Any]:
+    """Rows of ``value`` sent to each rank (``splits``: rows per rank, None: even), and from each rank the rows it
+    sent to this one, in rank order; returns them and how many came from each rank (bit-exact; eagerly)."""
+    horovod.check_process_set(process_set)
+    if in_graph():
+        raise NotImplementedError(
+            "fast_tf.horovod.alltoall runs eagerly: call it outside tf.function (its output's size is known only "
+            "once the ranks have sent their splits)"
+        )
+    tensor = _tensor(value, "alltoall")
+    counts = None if splits is None else np.asarray(keras.ops.convert_to_numpy(splits))
+    received, came = horovod.alltoall_array(np.asarray(keras.ops.convert_to_numpy(tensor)), counts, _engine())
+    return keras.ops.convert_to_tensor(received, dtype=tensor.dtype), keras.ops.convert_to_tensor(came)
