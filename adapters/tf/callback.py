@@ -20,6 +20,7 @@ import numpy as np
 
 from fast_core import Budget, ConfigError, Engine, Strategy, Worker
 from fast_core.engine.collectives import average_logs, min_max
+from fast_core.interop.horovod import compressed_strategy
 from fast_core.runtime.process import init
 from fast_core.strategies.spec import resolve_strategy
 
@@ -122,7 +123,11 @@ class Callback(keras.callbacks.Callback):
         model = self.model  # on JAX this attaches the trainer's state once; later steps use _fit_model
         engine = self.engine or init()
         self.adapter = adapter = KerasModel(model)
-        strategy = resolve_strategy(self.strategy, every=self.every)  # a string gives each fit a fresh strategy
+        chosen = self.strategy
+        compression = getattr(model.optimizer, "compression", None)  # a Horovod DistributedOptimizer's
+        if compression is not None:
+            chosen = compressed_strategy(compression, chosen, engine)
+        strategy = resolve_strategy(chosen, every=self.every)  # a string gives each fit a fresh strategy
         worker = Worker(
             adapter, strategy, engine, log_every=self.log_every, budget=self.budget, tensorboard=self.tensorboard
         )

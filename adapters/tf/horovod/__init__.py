@@ -22,15 +22,14 @@ from fast_core.interop.horovod import *  # noqa: F403 - Horovod's names: Average
 from fast_core.interop.horovod import (
     Average,
     ReduceOp,
-    check_compression,
     check_optimizer_options,
     check_process_set,
+    compression_wire,
     global_process_set,
     missing,
     resolve_op,
 )
 from fast_core.interop.horovod import __all__ as _common
-from fast_core.runtime.process import init as _engine
 
 from ..optimizer import DistributedOptimizer as _FastOptimizer
 from . import callbacks
@@ -39,7 +38,9 @@ from .tape import DistributedGradientTape, PartialDistributedGradientTape, broad
 
 
 class Compression:
-    """``hvd.Compression.none`` and ``hvd.Compression.fp16`` (accepted; FAST does not compress yet)."""
+    """``hvd.Compression.none`` and ``hvd.Compression.fp16``: given to ``DistributedOptimizer``, fp16 makes the
+    default all-reduce ``allreduce:compress=fp16`` (the gradients summed in a ring of fp16 messages, as in
+    fast_torch.horovod); a metric's ``allreduce`` sends its tensor as it is (said once)."""
 
     class none:  # noqa: N801 - Horovod's name
         wire = "none"
@@ -81,9 +82,11 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
             "backward_passes_per_step > 1 is not supported by fast_tf.horovod: model.fit applies one gradient per "
             "step; use a larger batch_size instead"
         )
-    check_compression(compression, _engine())
+    compression_wire(compression)  # Horovod's two compressors; anything else is refused here
     check_process_set(process_set)
-    return _FastOptimizer(optimizer, name=name)
+    distributed = _FastOptimizer(optimizer, name=name)
+    distributed.compression = compression  # the callback's strategy: all-reduce in fp16 messages under fp16
+    return distributed
 
 
 _KERAS_ONLY = {
