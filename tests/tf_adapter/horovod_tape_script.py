@@ -75,6 +75,21 @@ def compressed_fit() -> dict:
     return {"compress": [sent["none"][1], sent["fp16"][1]], "bytes_ratio": sent["fp16"][0] / sent["none"][0]}
 
 
+def no_input_fit() -> dict:
+    """Horovod's usual model, with no keras.Input: Keras builds it in fit's first step, and the ranks still start
+    from rank 0's weights and apply the mean gradient from that first step on."""
+    tf.keras.utils.set_random_seed(10 + hvd.rank())
+    model = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="tanh"), tf.keras.layers.Dense(CLASSES)])
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(LR)), loss="sparse_categorical_crossentropy"
+    )
+    callback = hvd.callbacks.BroadcastGlobalVariablesCallback(0, average_at_end=False)
+    model.fit(*batch(hvd.rank(), 1), batch_size=BATCH, epochs=3, verbose=0, callbacks=[callback])
+    state = np.concatenate([np.ravel(v) for v in model.weights])[None, :]
+    every = hvd.allgather(tf.constant(state)).numpy()
+    return {"no_input_equal": bool(np.all(every == every[0])), "no_input_steps": callback.worker.step}
+
+
 def calls() -> dict:
     """The rest of Horovod's TensorFlow collectives, eagerly and in a graph."""
     rank, size = hvd.rank(), hvd.size()
@@ -137,7 +152,7 @@ def main() -> None:
     kept = partial.gradient(loss, model.trainable_variables)
     averaged = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
     same = hvd.allgather(tf.constant(np.concatenate([kernel.ravel(), bias])[None, :])).numpy()
-    seen = {**restored_adam_fit(os.path.dirname(sys.argv[1])), **calls(), **compressed_fit()}
+    seen = {**restored_adam_fit(os.path.dirname(sys.argv[1])), **calls(), **compressed_fit(), **no_input_fit()}
     for rank in range(hvd.size()):  # each rank says what it saw, in turn
         if rank == hvd.rank():
             with open(f"{sys.argv[1]}.{rank}", "w") as out:

@@ -34,18 +34,21 @@ class BroadcastGlobalVariablesCallback(Callback):
         self._optimizer_sent = False
 
     def on_train_begin(self, logs: MutableMapping | None = None) -> None:
-        super().on_train_begin(logs)  # rank 0's weights on every rank
+        self._optimizer_sent = False
+        super().on_train_begin(logs)  # rank 0's weights on every rank (after the first step: a model with no Input)
+        _active[:] = [self]
+
+    def _started(self) -> None:
         if self.root_rank != 0:
             broadcast_variables(self.model.weights, self.worker.engine, self.root_rank)
             self.adapter.new_step()
-        self._optimizer_sent = False
-        _active[:] = [self]
 
     def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
         """After the first batch, as Horovod: ``root_rank``'s optimizer state (its variables exist once it has
         applied a step) and weights on every rank, so a rank 0 restored from a checkpoint (Adam's moments) restores
         every rank. Under all-reduce only: under a strategy that mixes parameters each rank's optimizer state is
         its own by design."""
+        super().on_train_batch_end(batch, logs)  # a model with no Input starts here
         if self._optimizer_sent:
             return
         self._optimizer_sent = True
