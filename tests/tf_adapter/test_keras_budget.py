@@ -57,7 +57,7 @@ def fit(engine: Engine, strategy, budget, *, slow: int | None = None, optimizer=
 
 def test_async_job_trains_the_budget_exactly_and_the_slow_rank_fewer_batches() -> None:
     budget = Budget(samples=BATCH * 120)
-    results = LocalCluster(SIZE, timeout=60).run(lambda engine: fit(engine, "async:ring", budget, slow=SIZE - 1))
+    results = LocalCluster(SIZE, timeout=180).run(lambda engine: fit(engine, "async:ring", budget, slow=SIZE - 1))
     steps = [r["steps"] for r in results]
     assert sum(r["samples"] for r in results) == budget.samples, steps
     assert all(r["job"] == budget.samples for r in results)  # the job's sum, known on every rank after close
@@ -75,7 +75,7 @@ def test_a_lockstep_strategy_runs_equal_steps_under_the_budget(strategy: str) ->
         optimizer = fast.DistributedOptimizer(keras.optimizers.SGD(LR)) if strategy == "allreduce" else None
         return fit(engine, strategy, budget, slow=SIZE - 1, optimizer=optimizer)
 
-    results = LocalCluster(SIZE, timeout=60).run(rank)
+    results = LocalCluster(SIZE, timeout=180).run(rank)
     assert [r["steps"] for r in results] == [10] * SIZE
     assert all(r["samples"] == 10 * BATCH and r["job"] == 10 * BATCH * SIZE for r in results), results
     assert [r["epochs"] for r in results] == [3] * SIZE  # 4 + 4 + 2 batches
@@ -91,7 +91,7 @@ def test_fast_restarts_only_after_the_epochs_every_rank_finishes() -> None:
         result = fit(engine, "fast:torus", budget, slow=SIZE - 1, optimizer=optimizer, extra=[recorder])
         return {**result, "epoch_weights": recorder.epoch_weights}
 
-    results = LocalCluster(SIZE, timeout=60).run(rank)
+    results = LocalCluster(SIZE, timeout=180).run(rank)
     assert sum(r["samples"] for r in results) == budget.samples
     assert all(r["epochs"] >= 3 for r in results)
     for epoch in range(3):  # after FAST's restart every rank holds the best replica
@@ -101,7 +101,7 @@ def test_fast_restarts_only_after_the_epochs_every_rank_finishes() -> None:
 
 def test_an_async_budget_is_rounded_down_to_whole_batches(recwarn) -> None:
     budget = Budget(samples=BATCH * 20 + 3)
-    results = LocalCluster(2, timeout=60).run(lambda engine: fit(engine, "async:ring", budget))
+    results = LocalCluster(2, timeout=180).run(lambda engine: fit(engine, "async:ring", budget))
     assert sum(r["samples"] for r in results) == BATCH * 20 and results[0]["job"] == BATCH * 20
     assert results[0]["budget"] == Budget(samples=BATCH * 20)
     assert any("the budget of 163 samples becomes 160 (20 batches of 8)" in str(w.message) for w in recwarn)
@@ -113,7 +113,7 @@ def test_a_budget_spent_before_the_first_batch_leaves_the_model_as_it_started(st
         start = make_model(engine, keras.optimizers.SGD(LR)).get_weights()
         return {**fit(engine, strategy, Budget(seconds=1e-9)), "start": start}  # over at the first claim
 
-    results = LocalCluster(2, timeout=60).run(rank)
+    results = LocalCluster(2, timeout=180).run(rank)
     for r in results:
         assert (r["steps"], r["samples"], r["job"], r["epochs"], r["iterations"]) == (0, 0, 0, 1, 0), r
         for trained, start in zip(r["weights"], results[0]["start"], strict=True):  # rank 0's start, untouched

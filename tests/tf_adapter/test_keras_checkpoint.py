@@ -74,7 +74,7 @@ def _resume(engine, path: str, kind: str):
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
 def test_saved_on_four_ranks_it_resumes_on_two_and_eight_with_the_optimizer_state(tmp_path, kind: str) -> None:
     path = str(tmp_path / "keras.ckpt")
-    saved = LocalCluster(4, timeout=60).run(_save, path, kind)
+    saved = LocalCluster(4, timeout=180).run(_save, path, kind)  # the first fit traces 4 models at once: patience
     assert not np.allclose(saved[0][0], saved[1][0])  # the replicas differ: the checkpoint holds their mean
     mean = np.mean([s[0] for s in saved], axis=0)
     mean_optimizer = [np.mean([s[1][i] for s in saved], axis=0) for i in range(len(saved[0][1]))]
@@ -111,8 +111,8 @@ def _async_lr0(engine, path: str, strategy: str) -> np.ndarray:
 @pytest.mark.parametrize("strategy", ["async:ring", "async:ring,keep_progress=false"])
 def test_a_resumed_model_under_async_is_not_pulled_to_the_new_start(tmp_path, strategy: str) -> None:
     path = str(tmp_path / "ones.ckpt")
-    LocalCluster(2, timeout=60).run(_ones, path)
-    for params in LocalCluster(4, timeout=60).run(_async_lr0, path, strategy):
+    LocalCluster(2, timeout=180).run(_ones, path)
+    for params in LocalCluster(4, timeout=180).run(_async_lr0, path, strategy):
         np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-6)
 
 
@@ -125,9 +125,9 @@ def _other_optimizer(engine, path: str) -> None:
 
 def test_a_checkpoint_of_another_optimizer_is_refused_on_every_rank(tmp_path) -> None:
     path = str(tmp_path / "sgd.ckpt")
-    LocalCluster(2, timeout=60).run(_save, path, "sgd-momentum")
+    LocalCluster(2, timeout=180).run(_save, path, "sgd-momentum")
     with pytest.raises(CheckpointError, match=r"state of SGD with \d+ variables, this model's optimizer is Adam"):
-        LocalCluster(2, timeout=60).run(_other_optimizer, path)
+        LocalCluster(2, timeout=180).run(_other_optimizer, path)
 
 
 def test_saving_before_any_fit_says_what_to_pass(tmp_path) -> None:
@@ -140,4 +140,4 @@ def test_a_missing_checkpoint_is_one_clear_error(tmp_path) -> None:
         _resume(engine, str(tmp_path / "absent.ckpt"), "adam")
 
     with pytest.raises(CheckpointError, match="absent.ckpt"):
-        LocalCluster(2, timeout=60).run(resume)
+        LocalCluster(2, timeout=180).run(resume)

@@ -51,7 +51,7 @@ def dtype(value: object) -> str:
 
 
 def test_tensor_collectives_match_numpy_in_each_values_own_type_dtype_and_structure() -> None:
-    results = LocalCluster(SIZE, timeout=60).run(_reduce)
+    results = LocalCluster(SIZE, timeout=180).run(_reduce)
     every = [_metrics(rank) for rank in range(SIZE)]
     stacks = {key: np.stack([numpy(m[key]).astype(np.float64) for m in every]) for key in every[0] if key != "pair"}
     for result in results:
@@ -98,7 +98,7 @@ def test_ranks_passing_different_structures_all_get_an_error_instead_of_a_hang(c
         with pytest.raises(ValueError, match="every rank must call the collective with the same structure"):
             collective(MISMATCHES[mismatch](engine.rank), engine=engine)
 
-    LocalCluster(SIZE, timeout=60).run(rank)
+    LocalCluster(SIZE, timeout=180).run(rank)
 
 
 def _bad_inputs(engine: Engine) -> None:

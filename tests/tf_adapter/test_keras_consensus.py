@@ -22,7 +22,7 @@ def _rank(engine: Engine) -> dict[str, list[np.ndarray]]:
 
 
 def test_consensus_weights_are_the_mean_over_ranks_and_leave_the_model_as_it_is() -> None:
-    results = LocalCluster(SIZE, timeout=60).run(_rank)
+    results = LocalCluster(SIZE, timeout=180).run(_rank)
     for result in results:
         for index, own in enumerate(result["own"]):
             stack = np.stack([other["own"][index].astype(np.float64) for other in results])
@@ -49,7 +49,7 @@ def _consensus_model(engine: Engine) -> dict[str, object]:
 
 
 def test_consensus_model_is_a_copy_holding_the_mean_that_predicts_and_evaluates() -> None:
-    results = LocalCluster(4, timeout=60).run(_consensus_model)
+    results = LocalCluster(4, timeout=180).run(_consensus_model)
     mean = [
         (np.stack([r["own"][i].astype(np.float64) for r in results]).sum(axis=0) / 4).astype(np.float32)
         for i in range(len(results[0]["own"]))

@@ -86,7 +86,7 @@ def _both_optimizers(engine: Engine) -> dict[str, object]:
 
 
 def test_one_script_compiled_with_the_distributed_optimizer_serves_a_parameter_strategy(recwarn) -> None:
-    results = LocalCluster(4, timeout=60).run(_both_optimizers)
+    results = LocalCluster(4, timeout=180).run(_both_optimizers)
     for result in results:
         np.testing.assert_allclose(result["wrapped"], result["plain"], rtol=0, atol=1e-6)
         assert not np.allclose(result["wrapped"], result["start"])  # it trained
@@ -103,7 +103,7 @@ def _diloco(engine: Engine) -> np.ndarray:
 
 
 def test_diloco_through_the_string_matches_the_numpy_reference() -> None:
-    results = LocalCluster(4, timeout=60).run(_diloco)
+    results = LocalCluster(4, timeout=180).run(_diloco)
     rule = DiLoCoReference(period=2)
 
     def update(step: int, x: np.ndarray, g: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ def _fit(engine: Engine, folder: Path) -> dict:
 
 
 def test_the_callback_writes_each_ranks_step_records_to_tensorboard(tmp_path: Path) -> None:
-    results = LocalCluster(2, timeout=60).run(_fit, tmp_path)
+    results = LocalCluster(2, timeout=180).run(_fit, tmp_path)
     for rank, result in enumerate(results):
         scalars = read_scalars(tmp_path / f"rank{rank}")
         assert result["steps"] == STEPS * EPOCHS
