@@ -20,6 +20,7 @@ from pathlib import Path
 from fast_core.cli import plots
 from fast_core.cli.common import (
     CLIError,
+    DefaultCount,
     check_strategy,
     new_run_dir,
     positive,
@@ -29,6 +30,7 @@ from fast_core.cli.common import (
 )
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.slurm import slurm_arguments
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
@@ -50,8 +52,8 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
         "--np",
         dest="workers",
         type=positive,
-        default=os.cpu_count() or 1,
-        help="number of workers (MPI ranks); default: the number of CPUs",
+        default=DefaultCount(os.cpu_count() or 1),
+        help="number of workers (MPI ranks); default: the number of CPUs (under --slurm: the tasks allocated)",
     )
     straggler = parser.add_mutually_exclusive_group()
     straggler.add_argument(
@@ -163,6 +165,12 @@ def add_parser(subparsers) -> None:
         help="whose own progress bars (Keras', tqdm's: lines redrawn with \\r) are drawn: default rank0 on a terminal "
         "without the job's bar, else none (their last draw, a whole line, is always shown)",
     )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="inside a SLURM allocation (sbatch, salloc): run on its nodes and tasks, started by srun where the MPI "
+        "and SLURM allow, else by mpiexec (docs/slurm.md)",
+    )
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -253,10 +261,13 @@ def main(args: argparse.Namespace) -> int:
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
     named = args.strategy or run_config().strategy  # None: the script's own (all-reduce unless it names one)
     spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
-    check_strategy(spec, args.topology, args.workers)
     strategy = spec if named else None
     label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
+    launcher: tuple[str, ...] = ()
+    if args.slurm:  # the allocation's nodes and tasks; srun or mpiexec (fast_core/cli/slurm.py)
+        args.workers, launcher, args.hostfile = slurm_arguments(args, run_dir)
+    check_strategy(spec, args.topology, args.workers)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
@@ -274,6 +285,7 @@ def main(args: argparse.Namespace) -> int:
         redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
         start_marks=run_dir if config.fault_tolerant else None,
         freeze_seconds=freeze_seconds(args.freeze_timeout, config),
+        launcher=launcher,
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
@@ -539,6 +551,7 @@ def rank_text(lost: dict) -> str:
 STOPPED_BY = {
     "hydra": "mpiexec stopped the other ranks (a PID in MPICH's banner above may be another rank's)",
     "openmpi": "mpiexec stopped the other ranks (the PID in Open MPI's banner above is the rank's guard's)",
+    "srun": "srun stopped the other ranks (--kill-on-bad-exit)",
     "launcher": "fast run stopped the other ranks (under ULFM, Open MPI's MPI_Abort does not)",
 }
 

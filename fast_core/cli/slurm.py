@@ -1,0 +1,119 @@
+"""``fast run --slurm``: launch the ranks inside a SLURM allocation (an ``sbatch`` script, ``salloc``'s shell).
+
+The nodes and tasks come from SLURM's environment (fast_core.config.slurm). The ranks start the way SLURM expects:
+``srun --mpi=pmi2`` when the installed SLURM offers that plugin and the MPI is MPICH (its ranks speak PMI to
+slurmstepd, so SLURM itself starts, tracks, signals and accounts for every rank); ``mpiexec`` with a hostfile made
+from the allocation otherwise, and always under ``--fault-tolerant``, because ULFM's detection of a lost process
+lives in Open MPI's own runtime, which srun-started ranks do not have. Either way each rank runs below FAST's guard,
+so a lost rank is named. docs/slurm.md says the same for users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from fast_core.cli.common import CLIError, DefaultCount, say
+from fast_core.cli.launch import find_mpiexec, find_ulfm_mpiexec, flavour
+from fast_core.config.slurm import Allocation, SlurmError, allocation
+
+PLUGINS = {"hydra": "pmi2", "openmpi": "pmix"}
+"""The srun MPI plugin each MPI's ranks can start under: MPICH's PMI client talks to SLURM's pmi2 server (it answers
+PMI-1 and PMI-2), Open MPI 5's ranks need PMIx."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the ranks start in the allocation: srun's command line (empty: mpiexec's) and why, in one sentence."""
+
+    srun: tuple[str, ...]
+    why: str
+
+
+def current_allocation() -> Allocation:
+    """The allocation ``fast run --slurm`` runs in; one line naming what is wrong outside one or with its text."""
+    try:
+        found = allocation()
+    except SlurmError as error:
+        raise CLIError(f"--slurm: {error}") from None
+    if found is None:
+        raise CLIError(
+            "--slurm: not inside a SLURM allocation (no SLURM_JOB_ID): run fast run from an sbatch script or under "
+            "salloc, or leave out --slurm"
+        )
+    return found
+
+
+def slurm_workers(given: int | None, found: Allocation) -> int:
+    """The ranks to start: ``-n`` if given (refused above the tasks allocated, both numbers said), else every task
+    SLURM allocated."""
+    if given is None:
+        return found.total_tasks
+    if given > found.total_tasks:
+        raise CLIError(
+            f"-n {given}: SLURM job {found.job_id} has {found.total_tasks} task(s) allocated "
+            f"({tasks_text(found)}); ask for fewer ranks, or for more tasks (sbatch --ntasks / --ntasks-per-node)"
+        )
+    return given
+
+
+def tasks_text(found: Allocation) -> str:
+    """``fast-h0:1, fast-h1:1``: each node and its tasks."""
+    return ", ".join(f"{node}:{tasks}" for node, tasks in zip(found.nodes, found.tasks, strict=True))
+
+
+def mpi_plugins(srun: str) -> list[str]:
+    """The MPI plugins this SLURM offers (``srun --mpi=list``: none, pmi2, pmix, pmix_v4, ...); empty if it does not
+    answer."""
+    try:
+        done = subprocess.run([srun, "--mpi=list"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    text = done.stdout + done.stderr
+    words = (word.strip(",") for line in text.splitlines() for word in line.split())
+    return list(dict.fromkeys(w for w in words if w.startswith(("pmi", "none"))))  # each once, in order
+
+
+def choose_launch(kind: str, plugins: list[str], workers: int, fault_tolerant: bool, srun: str | None) -> Launch:
+    """srun with the plugin the MPI ``kind`` speaks when SLURM offers it (see the module's notes), else mpiexec."""
+    if fault_tolerant:
+        return Launch((), "mpiexec: --fault-tolerant needs Open MPI's runtime (ULFM), which srun-started ranks lack")
+    wanted = PLUGINS.get(kind)
+    if srun is None:
+        return Launch((), "mpiexec: no srun on PATH")
+    if wanted is None or wanted not in plugins:
+        offered, needed = ", ".join(plugins) or "none", wanted or "one for this MPI"
+        return Launch((), f"mpiexec: this SLURM's srun offers MPI plugins {offered}, not {needed}")
+    command = (srun, f"--mpi={wanted}", "-n", str(workers), "--kill-on-bad-exit=1")
+    return Launch(command, f"srun --mpi={wanted}: SLURM starts and tracks every rank")
+
+
+def write_hostfile(found: Allocation, kind: str, folder: Path) -> Path:
+    """A hostfile of the allocation's nodes and tasks, in the form of ``kind``'s mpiexec (hydra ``node:N``, Open
+    MPI ``node slots=N``), in ``folder``."""
+    lines = [f"{n}:{t}" if kind == "hydra" else f"{n} slots={t}" for n, t in zip(found.nodes, found.tasks, strict=True)]
+    path = folder / "slurm-hosts"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def slurm_arguments(args: argparse.Namespace, folder: Path) -> tuple[int, tuple[str, ...], str]:
+    """``fast run --slurm``'s ranks, launcher (empty: mpiexec) and hostfile (written in ``folder``), said in one
+    line; ``args.workers`` counts as given unless it is the default (``CPUS``)."""
+    if args.hostfile:
+        raise CLIError("--slurm takes its hosts from the allocation: leave out --hostfile")
+    tolerant = bool(args.fault_tolerant or args.max_restarts)
+    mpiexec = find_ulfm_mpiexec(args.mpiexec) if tolerant else find_mpiexec(args.mpiexec)
+    kind = flavour(mpiexec)
+    given = None if isinstance(args.workers, DefaultCount) else args.workers
+    found = current_allocation()
+    workers = slurm_workers(given, found)
+    srun = shutil.which("srun")
+    launch = choose_launch(kind, mpi_plugins(srun) if srun and not tolerant else [], workers, tolerant, srun)
+    hostfile = write_hostfile(found, kind, folder)
+    say(f"SLURM job {found.job_id}: {workers} of {found.total_tasks} task(s) on {tasks_text(found)}; {launch.why}")
+    return workers, launch.srun, str(hostfile)
