@@ -99,8 +99,9 @@ def install() -> None:
 
 
 def environment(folder: Path = FOLDER) -> dict[str, str]:
-    """What SLURM's commands need to find this cluster (and what its jobs inherit)."""
-    return {"SLURM_CONF": str(folder / "slurm.conf")}
+    """What SLURM's commands need to find this cluster, and what its jobs inherit: UCX (MPICH's network layer) kept
+    to TCP, since the hosts share this machine's /dev/shm (netns_cluster.environment says why)."""
+    return {"SLURM_CONF": str(folder / "slurm.conf"), "UCX_TLS": "tcp"}
 
 
 def config_text(hosts: list[nc.Host], folder: Path) -> str:
@@ -246,11 +247,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no SLURM cluster in {args.dir}")
         return 0
     states = sinfo_states(args.dir)
-    print(json.dumps(states) if args.json else "\n".join(f"{n}  {s}" for n, s in states.items()) or "no answer")
+    print(json.dumps(states) if states else "slurmctld does not answer: see the logs in " + str(args.dir / "log"))
     return 0 if states else 1
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=FOLDER, help="where slurm.conf, state and logs live")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -258,17 +262,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     up_.add_argument("--hosts", type=int, default=4, help="how many hosts (nodes)")
     up_.add_argument("--rate", default="100mbit", help="each link's rate, both ways (tc units)")
     up_.add_argument("--install", action="store_true", help=f"apt-get install {' '.join(PACKAGES)} if missing")
-    up_.set_defaults(run=cmd_up)
-    sub.add_parser("down", help="cancel the jobs, stop the daemons, remove the hosts").set_defaults(run=cmd_down)
-    status = sub.add_parser("status", help="each node's state (sinfo)")
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(run=cmd_status)
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    return args.run(args)
+    sub.add_parser("down", help="cancel the jobs, stop the daemons, remove the hosts")
+    sub.add_parser("status", help="each node's state (sinfo), as JSON")
+    args = parser.parse_args(argv)
+    return COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 
 from fast_core.cli import launch, slurm
 from fast_core.cli import main as fast_main
+from fast_core.cli.common import CLIError
 from fast_core.cli.launch import GUARD, Job
 from fast_core.config.slurm import SlurmError, allocation, expand_nodelist, expand_tasks, step_placement
 
@@ -99,14 +100,16 @@ def test_slurm_mistakes_are_one_line_and_status_2(tmp_path: Path, monkeypatch, c
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
-def test_srun_is_chosen_for_mpich_when_slurm_offers_pmi2_and_mpiexec_otherwise() -> None:
-    chosen = slurm.choose_launch("hydra", ["none", "pmi2", "pmix"], 4, False, "/usr/bin/srun")
+def test_mpiexec_is_the_default_and_srun_takes_the_plugin_the_mpi_speaks_or_is_refused_in_one_line() -> None:
+    assert slurm.choose_launch("hydra", [], 4, False, None).srun == ()  # mpiexec, its daemons started by srun
+    chosen = slurm.choose_launch("hydra", ["none", "pmi2", "pmix"], 4, False, "/usr/bin/srun", "srun")
     assert chosen.srun == ("/usr/bin/srun", "--mpi=pmi2", "-n", "4", "--kill-on-bad-exit=1")
-    assert slurm.choose_launch("openmpi", ["pmix_v4", "pmix"], 2, False, "srun").srun[1] == "--mpi=pmix"
-    assert slurm.choose_launch("hydra", ["none"], 4, False, "srun").why == (
-        "mpiexec: this SLURM's srun offers MPI plugins none, not pmi2")
-    assert slurm.choose_launch("hydra", ["pmi2"], 4, True, "srun").srun == ()  # ULFM needs Open MPI's runtime
-    assert slurm.choose_launch("hydra", ["pmi2"], 4, False, None).srun == ()
+    assert slurm.choose_launch("openmpi", ["pmix_v4", "pmix"], 2, False, "srun", "srun").srun[1] == "--mpi=pmix"
+    assert slurm.choose_launch("hydra", ["pmi2"], 4, True, "srun", "srun").srun == ()  # ULFM needs Open MPI's runtime
+    with pytest.raises(CLIError, match=r"needs srun --mpi=pmi2, this SLURM offers none, cray_shasta; leave out"):
+        slurm.choose_launch("hydra", ["none", "cray_shasta"], 4, False, "srun", "srun")
+    with pytest.raises(CLIError, match="this SLURM offers no srun on PATH"):
+        slurm.choose_launch("hydra", [], 4, False, None, "srun")
 
 
 def test_the_mpi_plugins_are_read_from_srun(tmp_path: Path) -> None:

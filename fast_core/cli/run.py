@@ -30,7 +30,7 @@ from fast_core.cli.common import (
 )
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
-from fast_core.cli.slurm import slurm_arguments
+from fast_core.cli.slurm import LAUNCHERS, slurm_arguments
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
@@ -168,8 +168,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--slurm",
         action="store_true",
-        help="inside a SLURM allocation (sbatch, salloc): run on its nodes and tasks, started by srun where the MPI "
-        "and SLURM allow, else by mpiexec (docs/slurm.md)",
+        help="inside a SLURM allocation (sbatch, salloc): run on its nodes and the tasks it allocated (docs/slurm.md)",
+    )
+    parser.add_argument(
+        "--slurm-launcher",
+        choices=LAUNCHERS,
+        help="under --slurm: mpiexec (default; its daemons started by srun) or srun --mpi=pmi2|pmix (docs/slurm.md)",
     )
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
