@@ -113,6 +113,22 @@ def test_an_sbatch_job_of_4_ranks_on_4_nodes_trains_as_under_mpiexec(slurm, tmp_
     assert accuracy(log) == accuracy(local.stdout)  # the same job: the same numbers
 
 
+def test_the_torch_example_on_4_nodes_reaches_the_accuracy_it_reaches_under_mpiexec(slurm, tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="the torch example needs torch (pip install 'fast-training[torch]')")
+    example = ["--strategy", "dpsgd:ring", "--no-progress", "-m", "fast_examples.torch_mnist1d", "--data", "digits",
+               "--epochs", "3"]
+    command = " ".join(["fast", "run", "--slurm", "--run-dir", str(tmp_path / "slurm"), *example])
+    done = subprocess.run(["sbatch", "--parsable", "-N", "4", "--ntasks-per-node=1", f"--chdir={tmp_path}",
+                           f"--output={tmp_path}/%j.out", "--wrap", command], env=slurm, capture_output=True,
+                          text=True, check=True)
+    job = done.stdout.strip().split(";")[0]
+    wait_gone(slurm, job, 300)
+    log = (tmp_path / f"{job}.out").read_text()
+    local = fast("run", "-n", "4", "--run-dir", str(tmp_path / "mpiexec"), *example, timeout=300)
+    assert local.returncode == 0, local.stderr
+    assert accuracy(log) == accuracy(local.stdout)
+
+
 def test_scancel_ends_every_rank_with_no_orphan_and_a_clear_record(slurm, tmp_path: Path) -> None:
     job = sbatch(slurm, tmp_path, "--epochs", "5000")
     wait_training(tmp_path, 50)
