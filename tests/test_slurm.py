@@ -4,6 +4,7 @@ user's mistakes as one line each. The real SLURM's tests are in test_slurm_clust
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -140,3 +141,24 @@ def test_under_srun_each_rank_still_runs_below_the_guard_and_torch_meets_on_the_
     assert command == [*srun, sys.executable, "-I", str(GUARD), "--lines=prefixed", "--redraws=all",
                        str(tmp_path / "exits"), "--", "python", "-m", "mpi4py", "t.py"]
     assert job.kind == "srun" and env["MASTER_ADDR"] == "fast-h0"
+
+
+def test_a_node_slurm_took_from_the_job_is_named_and_a_status_0_without_a_finished_rank_is_no_success(
+    tmp_path: Path, monkeypatch
+) -> None:
+    fake = tmp_path / "bin" / "scontrol"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'JobId=42 JobName=t JobState=RUNNING NodeList=fast-h[0-2] BatchHost=fast-h0'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    for name, value in SBATCH_ENV.items():
+        monkeypatch.setenv(name, value)
+    ending: dict = {}
+    lines: list[str] = []
+    assert slurm.slurm_ending(0, tmp_path, {}, ending, lines) == 1
+    assert ending == {"slurm_lost_nodes": ["fast-h3"], "survived": False}
+    assert lines == ["SLURM removed node(s) fast-h3 from job 42 (a node failure); the job did not finish (no rank "
+                     "closed its worker)"]
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "fast-h[0-2]")  # nothing lost: nothing said
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "1(x3)")
+    assert slurm.slurm_ending(0, tmp_path, {}, {}, lines) == 0 and len(lines) == 1

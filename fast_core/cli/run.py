@@ -30,7 +30,7 @@ from fast_core.cli.common import (
 )
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
-from fast_core.cli.slurm import LAUNCHERS, slurm_arguments
+from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
@@ -330,6 +330,8 @@ def main(args: argparse.Namespace) -> int:
         lines = [error_text(cause, errors), *lines]
     if relaunched:
         ending["relaunched_after"] = relaunched
+    if args.slurm:  # a node SLURM took from the job while it ran is named
+        status = slurm_ending(status, run_dir, before, ending, lines)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)

@@ -14,6 +14,7 @@ each rank runs below FAST's guard, so a lost rank is named. docs/slurm.md says t
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from fast_core.cli.common import CLIError, DefaultCount, say
 from fast_core.cli.launch import find_mpiexec, find_ulfm_mpiexec, flavour
-from fast_core.config.slurm import Allocation, SlurmError, allocation
+from fast_core.config.slurm import Allocation, SlurmError, allocation, expand_nodelist
+from fast_core.observers.runlog import read_run
 
 PLUGINS = {"hydra": "pmi2", "openmpi": "pmix"}
 """The srun MPI plugin each MPI's ranks can start under (``--slurm-launcher srun``): MPICH's PMI client talks to
@@ -128,3 +130,36 @@ def slurm_arguments(args: argparse.Namespace, folder: Path) -> tuple[int, tuple[
     hostfile = write_hostfile(found, kind, folder)
     say(f"SLURM job {found.job_id}: {workers} of {found.total_tasks} task(s) on {tasks_text(found)}; {launch.why}")
     return workers, launch.srun, str(hostfile)
+
+
+def nodes_now(job_id: str) -> list[str] | None:
+    """The nodes SLURM lists for ``job_id`` now (``scontrol show job``); None if it does not say."""
+    try:
+        done = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"(?:^|\s)NodeList=(\S+)", done.stdout)
+    try:
+        return expand_nodelist(found.group(1)) if found and found.group(1) != "(null)" else None
+    except SlurmError:
+        return None
+
+
+def slurm_ending(status: int, run_dir: Path, before: dict[int, int], ending: dict, lines: list[str]) -> int:
+    """After a launch under ``--slurm``: the nodes SLURM took from the job while it ran (a node failure under
+    ``sbatch --no-kill``) go into ``ending`` ("slurm_lost_nodes") and a line; with such a loss, mpiexec's status 0
+    and no rank that closed its worker (records after ``before``) is not a success: PRRTE ends the whole job when
+    SLURM kills its daemons' step, and Open MPI's mpiexec under ULFM still says 0 (measured). The status to return."""
+    found = allocation()
+    now = nodes_now(found.job_id) if found is not None else None
+    lost = [node for node in found.nodes if node not in now] if found is not None and now is not None else []
+    if not lost:
+        return status
+    ending["slurm_lost_nodes"] = lost
+    closed = any(r["kind"] == "close" for records in read_run(run_dir, before).values() for r in records)
+    if status == 0 and not closed:
+        status = 1
+        ending["survived"] = False
+    outcome = "the job went on" if status == 0 else "the job did not finish (no rank closed its worker)"
+    lines.append(f"SLURM removed node(s) {', '.join(lost)} from job {found.job_id} (a node failure); {outcome}")
+    return status
