@@ -208,7 +208,7 @@ def help_flags(command: str) -> set[str]:
     return flags - {"-h", "--help"}
 
 
-@pytest.mark.parametrize("command", ["run", "bench", "topology", "simulate", "model"])
+@pytest.mark.parametrize("command", ["run", "bench", "topology", "simulate", "model", "dashboard"])
 def test_the_cli_reference_lists_exactly_the_flags_of_each_command(command: str) -> None:
     page = (ROOT / "docs" / "cli.md").read_text()
     section = re.split(r"^## fast ", page, flags=re.M)

@@ -19,7 +19,9 @@ import keras
 import numpy as np
 
 from fast_core import Budget, ConfigError, Engine, Strategy, Worker
+from fast_core.config.current import run_config
 from fast_core.engine.collectives import average_logs, min_max
+from fast_core.interop.horovod import compressed_strategy
 from fast_core.runtime.process import init
 from fast_core.strategies.spec import resolve_strategy
 
@@ -108,6 +110,7 @@ class Callback(keras.callbacks.Callback):
         self.adapter: KerasModel | None = None
         self._fit_model: keras.Model | None = None
         self._pending = False  # a batch began whose step hooks have not run yet
+        self._deferred = False  # the model is built by fit's first step: the start waits for its end
         self._applies_gradients = False  # the compiled step stores gradients; this callback applies them
         self._grants: Grants | None = None  # this fit's claims under a work budget
         self._epochs = 0  # epochs ended in this fit
@@ -119,10 +122,37 @@ class Callback(keras.callbacks.Callback):
 
     # training begins and ends ---------------------------------------------------------------------------------
     def on_train_begin(self, logs: MutableMapping | None = None) -> None:
+        self._deferred = not self.model.built and not self.model.trainable_variables
+        if not self._deferred:
+            self._start()
+            return
+        # no keras.Input (Horovod's usual model): Keras builds the model inside the first step, so the start waits
+        # for that step's end; a DistributedOptimizer stores the first gradient meanwhile, applied after the start
+        if self.budget is not None or Budget.from_config(run_config()) is not None:
+            raise ConfigError(
+                "a work budget counts every batch from the first: build the model before fit (give it a "
+                "keras.Input, or call it on a batch)"
+            )
+        if isinstance(self.model.optimizer, DistributedOptimizer):
+            self.model.optimizer.attached = True
+
+    def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
+        if self._deferred:  # the first step built the model: start now, and run the strategy for that step
+            self._deferred = False
+            self._start()
+            self._pending = True
+
+    def _start(self) -> None:
+        """The worker of this fit over the built model: the strategy, the start from rank 0's weights, a resumed
+        checkpoint, the budget's first claim."""
         model = self.model  # on JAX this attaches the trainer's state once; later steps use _fit_model
         engine = self.engine or init()
         self.adapter = adapter = KerasModel(model)
-        strategy = resolve_strategy(self.strategy, every=self.every)  # a string gives each fit a fresh strategy
+        chosen = self.strategy
+        compression = getattr(model.optimizer, "compression", None)  # a Horovod DistributedOptimizer's
+        if compression is not None:
+            chosen = compressed_strategy(compression, chosen, engine)
+        strategy = resolve_strategy(chosen, every=self.every)  # a string gives each fit a fresh strategy
         worker = Worker(
             adapter, strategy, engine, log_every=self.log_every, budget=self.budget, tensorboard=self.tensorboard
         )
@@ -145,8 +175,14 @@ class Callback(keras.callbacks.Callback):
         self._epochs = 0
         if self._grants is not None:
             self._grants.start()  # claims the first batch
+        self._started()
+
+    def _started(self) -> None:
+        """What a subclass adds to the start (Horovod's callback: a root other than 0)."""
 
     def on_train_end(self, logs: MutableMapping | None = None) -> None:
+        if self._deferred:  # no step ran: nothing was started
+            return
         self._finish_step()
         if self._grants is not None:
             self._grants.end()

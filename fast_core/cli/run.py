@@ -28,8 +28,10 @@ from fast_core.cli.common import (
     warn_if_oversubscribed,
     whole,
 )
+from fast_core.cli.dashboard import Background
+from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
-from fast_core.cli.launch import Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
 from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
@@ -39,10 +41,6 @@ from fast_core.observers.tensorboard import check_folder
 from fast_core.runtime.startup import STARTING
 from fast_core.runtime.uncaught import ERRORS, cause_of, read_errors
 from fast_core.strategies.spec import StrategySpec
-
-EXITS = "exits"
-"""The run folder's subfolder where a rank that ends badly says so (fast_core/cli/guard.py, under MPICH and Open
-MPI)."""
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +173,10 @@ def add_parser(subparsers) -> None:
         choices=LAUNCHERS,
         help="under --slurm: mpiexec (default; its daemons started by srun) or srun --mpi=pmi2|pmix (docs/slurm.md)",
     )
+    parser.add_argument(
+        "--dashboard", action="store_true", help=f"serve the job's page while it runs, on 127.0.0.1:{DEFAULT_PORT}"
+    )
+    parser.add_argument("--dashboard-at", metavar="[HOST:]PORT", help="serve it there instead (implies --dashboard)")
     parser.add_argument("-m", dest="module", action="store_true", help="the target is a module, as in python -m")
     parser.add_argument("target", metavar="script.py | module", nargs="?", help="what each worker runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
@@ -314,6 +316,7 @@ def main(args: argparse.Namespace) -> int:
     before = run_sizes(run_dir)  # a reused run folder: what the ranks write now comes after
     shown = JobBar(run_dir, args.workers, label, before) if bar else None
     relaunched: list[dict] = []  # ranks lost before MPI started, each followed by a new launch
+    board = Background(run_dir, args.dashboard_at or str(DEFAULT_PORT)) if args.dashboard or args.dashboard_at else None
     try:
         status = run_job(job, grace=args.grace, show=shown.show if shown else None)
         while job.unstartable is not None and job.variables != (relaunch := launch_again(job, config, run_dir)):
@@ -323,6 +326,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if shown is not None:
             shown.close()
+        if board is not None:
+            board.stop()
     status, ending, lines = job_ending(status, job, run_dir)
     if status != 0 and (errors := read_errors(run_dir)):  # what the ranks raised: the cause first, named once
         cause = cause_of(errors)

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from fast_core.engine import Engine
-from fast_core.engine.collectives import JOB, check_same_arrays, gather_arrays, gather_texts
+from fast_core.engine.collectives import (
+    JOB,
+    average_arrays,
+    check_same_arrays,
+    gather_arrays,
+    gather_texts,
+    sum_arrays,
+)
 from fast_core.runtime.process import init as _start
 from fast_core.runtime.process import local_rank, local_size, rank, size
 from fast_core.strategies import AllReduce, Strategy
@@ -29,12 +36,18 @@ __all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod'
     "ReduceOp",
     "Sum",
     "allgather_object",
+    "barrier",
     "broadcast_object",
     "global_process_set",
+    "gloo_built",
+    "gloo_enabled",
     "init",
     "is_initialized",
     "local_rank",
     "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "nccl_built",
     "poll",
     "rank",
     "size",
@@ -170,6 +183,84 @@ def reduce_min_max(values: np.ndarray, op: ReduceOp, engine: Engine) -> np.ndarr
     return flat.reshape(values.shape)
 
 
+def mpi_enabled() -> bool:
+    """True: FAST's collectives run over MPI (mpi4py) or its in-process engine."""
+    return True
+
+
+def mpi_built() -> bool:
+    return True
+
+
+def nccl_built() -> bool:
+    """False: no NCCL; GPU tensors cross to the host and back."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def barrier(process_set: Any = None) -> None:
+    """Every rank waits here until all have arrived (Horovod's ``barrier``), or PeerTimeout naming the absent."""
+    check_process_set(process_set)
+    _start().barrier()
+
+
+def scatter_counts(rows: int, size: int) -> list[int]:
+    """Rows of a first dimension each rank keeps in a reducescatter: as even as possible, the first ranks one more
+    (Horovod's split)."""
+    return [rows // size + (r < rows % size) for r in range(size)]
+
+
+def reducescatter_array(array: np.ndarray, op: ReduceOp, engine: Engine) -> np.ndarray:
+    """The mean (``Average``) or sum over ranks of ``array``, of which this rank keeps its rows of the first
+    dimension (``scatter_counts``), in ``array``'s dtype: Horovod's ``reducescatter``."""
+    if op not in (Average, Sum):
+        raise ValueError(f"reducescatter(op=hvd.{op.name.capitalize()}): FAST reduce-scatters with Average or Sum")
+    array = np.asarray(array)
+    if array.ndim == 0:
+        raise ValueError("reducescatter() splits the first dimension: give a tensor of at least one dimension")
+    (reduced,) = (average_arrays if op is Average else sum_arrays)([array], engine)
+    counts = scatter_counts(array.shape[0], engine.size)
+    start = sum(counts[: engine.rank])
+    return reduced[start : start + counts[engine.rank]].copy()
+
+
+def alltoall_array(array: np.ndarray, splits: Any, engine: Engine) -> tuple[np.ndarray, np.ndarray]:
+    """Horovod's ``alltoall``: rank r receives, from every rank in rank order, the rows that rank sends to r
+    (``splits``: rows per destination rank; None splits the first dimension evenly). Returns the rows received
+    and how many came from each rank. Bit-exact; every rank's rows travel to every rank (allgather), which suits
+    the small exchanges (labels, indices, routing) it is used for."""
+    array = np.asarray(array)
+    size = engine.size
+    if array.ndim == 0:
+        raise ValueError("alltoall() splits the first dimension: give a tensor of at least one dimension")
+    if splits is None:
+        if array.shape[0] % size:
+            raise ValueError(
+                f"alltoall(): {array.shape[0]} rows do not split evenly over {size} ranks: give splits= (rows per rank)"
+            )
+        splits = [array.shape[0] // size] * size
+    sent = np.asarray(splits, dtype=np.int64).reshape(-1)
+    if sent.size != size or (sent < 0).any() or sent.sum() != array.shape[0]:
+        raise ValueError(
+            f"alltoall(splits={sent.tolist()}): give {size} counts >= 0 that add up to the {array.shape[0]} rows"
+        )
+    every_split = gather_arrays(sent, engine)  # what each rank sends to each
+    every_array = gather_arrays(array, engine)
+    me = engine.rank
+    received = []
+    for rows, split in zip(every_array, every_split, strict=True):
+        start = int(split[:me].sum())
+        received.append(rows[start : start + int(split[me])])
+    return np.concatenate(received), np.array([split[me] for split in every_split], dtype=np.int64)
+
+
 def allgather_array(array: np.ndarray, engine: Engine) -> np.ndarray:
     """Every rank's rows concatenated in rank order (``collectives.gather_arrays``): Horovod's allgather."""
     return np.concatenate(gather_arrays(array, engine))
@@ -228,8 +319,6 @@ NOT_PROVIDED = {
     "join": "hvd.join(): ranks with uneven data are handled by the adapter's join (fast_torch.join(optimizer))",
     "cross_rank": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
     "cross_size": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
-    "alltoall": "alltoall: FAST has allreduce, allgather and broadcast",
-    "reducescatter": "reducescatter: FAST has allreduce, allgather and broadcast",
 }
 
 

@@ -62,7 +62,7 @@ class RunLog:
         self._file.flush()
 
 
-def _rank_files(run_dir: Path) -> dict[int, Path]:
+def rank_files(run_dir: Path) -> dict[int, Path]:
     """The ranks' record files in ``run_dir``, by rank."""
     found = {}
     for path in Path(run_dir).glob("rank*.jsonl"):
@@ -74,20 +74,59 @@ def _rank_files(run_dir: Path) -> dict[int, Path]:
 
 def run_sizes(run_dir: Path) -> dict[int, int]:
     """Bytes in each rank's file now: a launch into a reused run folder reads its own records after them."""
-    return {rank: path.stat().st_size for rank, path in _rank_files(run_dir).items()}
+    return {rank: path.stat().st_size for rank, path in rank_files(run_dir).items()}
 
 
-def read_run(run_dir: Path, after: Mapping[int, int] | None = None) -> dict[int, list[dict[str, Any]]]:
+def parse_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The records in ``data`` (whole lines of a rank file) and how many lines were no record: a line cut short by a
+    killed rank (or two lines run together after it) is skipped and counted, never fatal to a reader."""
+    records, skipped = [], 0
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            skipped += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    return records, skipped
+
+
+class Tail:
+    """One rank file read as it grows (a live job): each ``read`` gives the whole records written since the last
+    one; a line still being written waits for the next read."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset  # a reused run folder's earlier runs are not this one
+        self.skipped = 0  # lines that were no record, so far
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        records, bad = parse_lines(whole)
+        self.skipped += bad
+        return records
+
+
+def read_run(
+    run_dir: Path, after: Mapping[int, int] | None = None, skipped: dict[int, int] | None = None
+) -> dict[int, list[dict[str, Any]]]:
     """Every rank's records, in the order written (``after``: each rank file's bytes to pass over, ``run_sizes``
-    before a launch); a line cut short by a killed rank is skipped."""
+    before a launch); a line cut short by a killed rank is skipped, and counted per rank in ``skipped`` if given."""
     ranks: dict[int, list[dict[str, Any]]] = {}
-    for rank, path in sorted(_rank_files(run_dir).items()):
-        text = path.read_bytes()[(after or {}).get(rank, 0) :].decode("utf-8", errors="replace")
-        records = []
-        for line in text.splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        ranks[rank] = records
+    for rank, path in sorted(rank_files(run_dir).items()):
+        ranks[rank], bad = parse_lines(path.read_bytes()[(after or {}).get(rank, 0) :])
+        if skipped is not None and bad:
+            skipped[rank] = bad
     return dict(sorted(ranks.items()))

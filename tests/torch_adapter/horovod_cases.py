@@ -61,6 +61,30 @@ def check_gather_and_broadcast(rank: int, size: int) -> None:
     assert hvd.allgather_object({"rank": rank}) == [{"rank": r} for r in range(size)]
 
 
+def check_scatter_alltoall_and_the_rest(rank: int, size: int) -> None:
+    rows = torch.arange(14, dtype=torch.float32).reshape(7, 2) * (rank + 1)
+    total = np.arange(14, dtype=np.float64).reshape(7, 2) * sum(range(1, size + 1))
+    counts = hvd_counts(7, size)  # 7 rows over 3 ranks: 3, 2, 2
+    start = sum(counts[:rank])
+    np.testing.assert_allclose(hvd.reducescatter(rows, op=hvd.Sum).numpy(), total[start : start + counts[rank]])
+    np.testing.assert_allclose(hvd.reducescatter(rows).numpy(), total[start : start + counts[rank]] / size, rtol=1e-6)
+    splits = [r + 1 for r in range(size)]  # every rank sends d + 1 rows to rank d
+    sent = torch.tensor([[100 * rank + i] for i in range(sum(splits))], dtype=torch.int64)
+    received, came = hvd.alltoall(sent, splits=splits)
+    offset = sum(splits[:rank])
+    expected = [100 * r + offset + i for r in range(size) for i in range(splits[rank])]
+    assert received.ravel().tolist() == expected and came.tolist() == [rank + 1] * size
+    grouped = hvd.synchronize(hvd.grouped_allreduce_async([torch.tensor([float(rank)]), torch.tensor([1.0])]))
+    assert [g.item() for g in grouped] == [np.mean(range(size)), 1.0]
+    hvd.barrier()
+    assert (hvd.mpi_built(), hvd.mpi_enabled(), hvd.nccl_built(), hvd.gloo_built()) == (True, True, False, False)
+
+
+def hvd_counts(rows: int, size: int) -> list[int]:
+    """Horovod's split of a first dimension over ranks: as even as possible, the first ranks one more."""
+    return [rows // size + (r < rows % size) for r in range(size)]
+
+
 def check_optimizer_state(rank: int, size: int) -> None:
     """Rank 0 has taken Adam steps (a loaded checkpoint); the others hold a new optimizer with no state."""
     torch.manual_seed(rank)
@@ -96,6 +120,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     me, n = hvd.rank(), hvd.size()
     assert (hvd.local_rank(), hvd.local_size()) == (me, n)  # one host
-    for case in (check_allreduce, check_gather_and_broadcast, check_optimizer_state, check_state_dict_broadcast):
+    cases = (check_allreduce, check_gather_and_broadcast, check_scatter_alltoall_and_the_rest, check_optimizer_state)
+    for case in (*cases, check_state_dict_broadcast):
         case(me, n)
     print("horovod cases passed", flush=True)

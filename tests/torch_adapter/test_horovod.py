@@ -100,6 +100,8 @@ def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
         hvd.init(comm=object())
     with pytest.raises(AttributeError, match="use `fast run --fault-tolerant"):
         hvd.elastic  # noqa: B018 - the attribute access is the test
+    with pytest.raises(AttributeError, match="Horovod's callbacks are Keras'"):
+        hvd.callbacks  # noqa: B018
     with pytest.raises(TypeError, match="sends JSON, never a pickle"):
         hvd.broadcast_object({"model": model})
     with pytest.raises(TypeError, match="takes a torch.Tensor"):

@@ -6,7 +6,9 @@
 the gradients by default, any FAST strategy through ``fast run --strategy``), ``callbacks``
 (``BroadcastGlobalVariablesCallback``, which runs FAST's strategy, ``MetricAverageCallback``,
 ``LearningRateWarmupCallback``, ``LearningRateScheduleCallback``), ``allreduce``/``allgather``/``broadcast``,
-``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``. What FAST cannot honour raises
+``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``; for a TensorFlow 2 custom loop
+(``import horovod.tensorflow as hvd``), ``DistributedGradientTape``, ``PartialDistributedGradientTape`` and
+``broadcast_variables``, which like the collectives work inside ``tf.function`` too. What FAST cannot honour raises
 an error that says so.
 """
 
@@ -20,23 +22,25 @@ from fast_core.interop.horovod import *  # noqa: F403 - Horovod's names: Average
 from fast_core.interop.horovod import (
     Average,
     ReduceOp,
-    check_compression,
     check_optimizer_options,
     check_process_set,
+    compression_wire,
     global_process_set,
     missing,
     resolve_op,
 )
 from fast_core.interop.horovod import __all__ as _common
-from fast_core.runtime.process import init as _engine
 
 from ..optimizer import DistributedOptimizer as _FastOptimizer
 from . import callbacks
-from .ops import allgather, allreduce, broadcast
+from .ops import allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter
+from .tape import DistributedGradientTape, PartialDistributedGradientTape, broadcast_variables
 
 
 class Compression:
-    """``hvd.Compression.none`` and ``hvd.Compression.fp16`` (accepted; FAST does not compress yet)."""
+    """``hvd.Compression.none`` and ``hvd.Compression.fp16``: given to ``DistributedOptimizer``, fp16 makes the
+    default all-reduce ``allreduce:compress=fp16`` (the gradients summed in a ring of fp16 messages, as in
+    fast_torch.horovod); a metric's ``allreduce`` sends its tensor as it is (said once)."""
 
     class none:  # noqa: N801 - Horovod's name
         wire = "none"
@@ -78,9 +82,11 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
             "backward_passes_per_step > 1 is not supported by fast_tf.horovod: model.fit applies one gradient per "
             "step; use a larger batch_size instead"
         )
-    check_compression(compression, _engine())
+    compression_wire(compression)  # Horovod's two compressors; anything else is refused here
     check_process_set(process_set)
-    return _FastOptimizer(optimizer, name=name)
+    distributed = _FastOptimizer(optimizer, name=name)
+    distributed.compression = compression  # the callback's strategy: all-reduce in fp16 messages under fp16
+    return distributed
 
 
 _KERAS_ONLY = {
@@ -96,10 +102,16 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     *_common,
     "Compression",
+    "DistributedGradientTape",
     "DistributedOptimizer",
+    "PartialDistributedGradientTape",
     "allgather",
     "allreduce",
+    "alltoall",
     "broadcast",
+    "broadcast_variables",
     "callbacks",
+    "grouped_allreduce",
+    "reducescatter",
     "shutdown",
 ]

@@ -2,10 +2,11 @@
 
 ``BroadcastGlobalVariablesCallback`` is FAST's own ``fast_tf.Callback``: every Horovod Keras script adds it, and
 it is where FAST's strategy runs (all-reduce unless ``fast run --strategy`` picks another), starting every rank
-from ``root_rank``'s weights. ``MetricAverageCallback`` asks it to average the epoch's logs over ranks (under a
-shared budget, only after the epochs every rank finishes). The learning-rate callbacks set the optimizer's rate
-each batch by Horovod's formulas; ``momentum_correction`` is accepted and not applied (Keras 3 compiles the
-momentum into the step).
+from ``root_rank``'s weights, and after the first batch its optimizer state too. ``MetricAverageCallback`` asks it
+to average the epoch's logs over ranks (under a shared budget, only after the epochs every rank finishes). The
+learning-rate callbacks set the optimizer's rate each batch by Horovod's formulas; ``momentum_correction`` is
+accepted and not applied (Keras 3 compiles the momentum into the step). ``BestModelCheckpoint`` saves the best
+model on rank 0 alone.
 """
 
 from __future__ import annotations
@@ -30,13 +31,33 @@ class BroadcastGlobalVariablesCallback(Callback):
     def __init__(self, root_rank: int = 0, device: str = "", **options: Any) -> None:
         super().__init__(**options)
         self.root_rank = root_rank
+        self._optimizer_sent = False
 
     def on_train_begin(self, logs: MutableMapping | None = None) -> None:
-        super().on_train_begin(logs)  # rank 0's weights on every rank
+        self._optimizer_sent = False
+        super().on_train_begin(logs)  # rank 0's weights on every rank (after the first step: a model with no Input)
+        _active[:] = [self]
+
+    def _started(self) -> None:
         if self.root_rank != 0:
             broadcast_variables(self.model.weights, self.worker.engine, self.root_rank)
             self.adapter.new_step()
-        _active[:] = [self]
+
+    def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
+        """After the first batch, as Horovod: ``root_rank``'s optimizer state (its variables exist once it has
+        applied a step) and weights on every rank, so a rank 0 restored from a checkpoint (Adam's moments) restores
+        every rank. Under all-reduce only: under a strategy that mixes parameters each rank's optimizer state is
+        its own by design."""
+        super().on_train_batch_end(batch, logs)  # a model with no Input starts here
+        if self._optimizer_sent:
+            return
+        self._optimizer_sent = True
+        optimizer = self.model.optimizer
+        if self.worker.strategy.name != "allreduce" or optimizer is None or not optimizer.variables:
+            return
+        self._finish_step()  # the first batch's update, then the root's state over it
+        broadcast_variables([*self.model.weights, *optimizer.variables], self.worker.engine, self.root_rank)
+        self.adapter.new_step()
 
     def on_train_end(self, logs: MutableMapping | None = None) -> None:
         super().on_train_end(logs)
@@ -116,9 +137,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         def multiplier(epoch: float) -> float:
             return (epoch * (size - 1) / warmup_epochs + 1) / size
 
-        super().__init__(
-            initial_lr, multiplier, 0, warmup_epochs, False, momentum_correction, steps_per_epoch, verbose
-        )
+        super().__init__(initial_lr, multiplier, 0, warmup_epochs, False, momentum_correction, steps_per_epoch, verbose)
         self.warmup_epochs = warmup_epochs
 
     def on_epoch_end(self, epoch: int, logs: MutableMapping | None = None) -> None:
@@ -126,3 +145,35 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             self.model.optimizer.learning_rate = self.initial_lr
             if self.verbose and default_engine().rank == 0:
                 print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {self.initial_lr:g}.")
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's ``BestModelCheckpoint``: ``keras.callbacks.ModelCheckpoint(save_best_only=True)`` that writes on
+    rank 0 alone (every rank holds the same model under all-reduce; with ``MetricAverageCallback`` the monitored
+    value is the ranks' mean). Horovod's estimator sets ``filepath``; here give it, e.g. ``"best.keras"``."""
+
+    def __init__(
+        self,
+        filepath: str | None = None,
+        monitor: str = "val_loss",
+        verbose: int = 0,
+        mode: str = "auto",
+        save_freq: str | int = "epoch",
+        **options: Any,
+    ) -> None:
+        if filepath is None:
+            raise ValueError(
+                "BestModelCheckpoint(filepath=...): give the file to save the best model to, e.g. 'best.keras' "
+                "(Horovod's Spark estimator sets it; FAST has no estimator)"
+            )
+        super().__init__(
+            filepath, monitor=monitor, verbose=verbose, save_best_only=True, mode=mode, save_freq=save_freq, **options
+        )
+
+    def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
+        if default_engine().rank == 0:  # the others neither track the best nor write
+            super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: MutableMapping | None = None) -> None:
+        if default_engine().rank == 0:
+            super().on_epoch_end(epoch, logs)

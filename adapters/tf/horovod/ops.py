@@ -9,10 +9,12 @@ import keras
 import numpy as np
 
 from fast_core import Engine
+from fast_core.engine.collectives import average_arrays, broadcast_arrays, sum_arrays
 from fast_core.interop import horovod
 from fast_core.runtime.process import init as default_engine
 
 from .. import collectives
+from .graph import in_graph, on_host
 
 
 def _engine() -> Engine:
@@ -36,7 +38,9 @@ def allreduce(
     tensor = _tensor(value, "allreduce")
     if prescale_factor != 1.0:
         tensor = tensor * prescale_factor
-    if op is horovod.Average:
+    if in_graph():  # inside tf.function: the host collective as a graph op
+        (reduced,) = on_host([tensor], lambda arrays: _reduce_arrays(arrays, op))
+    elif op is horovod.Average:
         reduced = collectives.average(tensor, engine=_engine())
     elif op is horovod.Sum:
         reduced = collectives.sum(tensor, engine=_engine())
@@ -46,10 +50,21 @@ def allreduce(
     return reduced * postscale_factor if postscale_factor != 1.0 else reduced
 
 
+def _reduce_arrays(arrays: list[np.ndarray], op: horovod.ReduceOp) -> list[np.ndarray]:
+    if op is horovod.Average:
+        return average_arrays(arrays, _engine())
+    if op is horovod.Sum:
+        return sum_arrays(arrays, _engine())
+    return [np.asarray(horovod.reduce_min_max(a, op, _engine()), dtype=a.dtype) for a in arrays]
+
+
 def allgather(value: Any, name: str | None = None, process_set: Any = horovod.global_process_set) -> Any:
     """Every rank's ``value`` concatenated along the first dimension, in rank order (bit-exact)."""
     horovod.check_process_set(process_set)
     tensor = _tensor(value, "allgather")
+    if in_graph():
+        gather = [None, *tensor.shape[1:]]  # the ranks' first dimensions may differ
+        return on_host([tensor], lambda arrays: [horovod.allgather_array(arrays[0], _engine())], [gather])[0]
     whole = horovod.allgather_array(np.asarray(keras.ops.convert_to_numpy(tensor)), _engine())
     return keras.ops.convert_to_tensor(whole, dtype=tensor.dtype)
 
@@ -59,7 +74,10 @@ def broadcast(
 ) -> Any:
     """Rank ``root_rank``'s ``value`` as a tensor on every rank (bit-exact)."""
     horovod.check_process_set(process_set)
-    return collectives.broadcast(_tensor(value, "broadcast"), root=root_rank, engine=_engine())
+    tensor = _tensor(value, "broadcast")
+    if in_graph():
+        return on_host([tensor], lambda arrays: broadcast_arrays(arrays, _engine(), root_rank))[0]
+    return collectives.broadcast(tensor, root=root_rank, engine=_engine())
 
 
 def _tensor(value: Any, what: str) -> Any:
@@ -71,3 +89,52 @@ def _tensor(value: Any, what: str) -> Any:
     if isinstance(value, keras.Variable):
         return keras.ops.copy(value)
     return keras.ops.convert_to_tensor(value)
+
+
+def grouped_allreduce(tensors: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
+    """``allreduce`` of each tensor, with the same arguments."""
+    return [allreduce(tensor, *args, **kwargs) for tensor in tensors]
+
+
+def reducescatter(
+    value: Any,
+    name: str | None = None,
+    op: horovod.ReduceOp | None = None,
+    compression: Any = None,
+    process_set: Any = horovod.global_process_set,
+) -> Any:
+    """The mean (``op=hvd.Sum``: the sum) of ``value`` over ranks, of which this rank keeps its rows of the first
+    dimension (as even as possible, the first ranks one more), as a tensor of its dtype; inside ``tf.function``
+    too."""
+    op = horovod.resolve_op(op)
+    horovod.check_compression(compression, _engine())
+    horovod.check_process_set(process_set)
+    tensor = _tensor(value, "reducescatter")
+
+    def scatter(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return [horovod.reducescatter_array(arrays[0], op, _engine())]
+
+    if in_graph():
+        engine = _engine()
+        rows = tensor.shape[0]
+        mine = None if rows is None else horovod.scatter_counts(rows, engine.size)[engine.rank]
+        return on_host([tensor], scatter, [[mine, *tensor.shape[1:]]])[0]
+    host = scatter([np.asarray(keras.ops.convert_to_numpy(tensor))])[0]
+    return keras.ops.convert_to_tensor(host, dtype=tensor.dtype)
+
+
+def alltoall(
+    value: Any, splits: Any = None, name: str | None = None, process_set: Any = horovod.global_process_set
+) -> tuple[Any, Any]:
+    """Rows of ``value`` sent to each rank (``splits``: rows per rank, None: even), and from each rank the rows it
+    sent to this one, in rank order; returns them and how many came from each rank (bit-exact; eagerly)."""
+    horovod.check_process_set(process_set)
+    if in_graph():
+        raise NotImplementedError(
+            "fast_tf.horovod.alltoall runs eagerly: call it outside tf.function (its output's size is known only "
+            "once the ranks have sent their splits)"
+        )
+    tensor = _tensor(value, "alltoall")
+    counts = None if splits is None else np.asarray(keras.ops.convert_to_numpy(splits))
+    received, came = horovod.alltoall_array(np.asarray(keras.ops.convert_to_numpy(tensor)), counts, _engine())
+    return keras.ops.convert_to_tensor(received, dtype=tensor.dtype), keras.ops.convert_to_tensor(came)

@@ -26,39 +26,24 @@ from .ops import (
     allreduce_,
     allreduce_async,
     allreduce_async_,
+    alltoall,
     broadcast,
     broadcast_,
     broadcast_async,
     broadcast_async_,
     grouped_allreduce,
+    grouped_allreduce_async,
+    reducescatter,
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 
 _TORCH_ONLY = {
-    "SyncBatchNorm": "BatchNorm statistics stay local while training and fast_torch.average_model(model) averages "
-    "them",
+    "SyncBatchNorm": "BatchNorm statistics stay local while training and fast_torch.average_model(model) averages them",
     "join": "wrap the loop in `with fast_torch.join(optimizer):` for ranks with uneven data",
     "sparse_allreduce_async": "sparse all-reduce: use dense gradients",
+    "callbacks": "Horovod's callbacks are Keras': fast_tf.horovod.callbacks; a torch loop saves its best model with "
+    "fast_torch.save_checkpoint",
 }
-
-def mpi_enabled() -> bool:
-    return True
-
-
-def mpi_built() -> bool:
-    return True
-
-
-def nccl_built() -> bool:
-    return False
-
-
-def gloo_enabled() -> bool:
-    return False
-
-
-def gloo_built() -> bool:
-    return False
 
 
 def __getattr__(name: str) -> Any:
@@ -81,11 +66,9 @@ __all__ = [
     "broadcast_async_",
     "broadcast_optimizer_state",
     "broadcast_parameters",
-    "gloo_built",
-    "gloo_enabled",
+    "alltoall",
     "grouped_allreduce",
-    "mpi_built",
-    "mpi_enabled",
-    "nccl_built",
+    "grouped_allreduce_async",
+    "reducescatter",
     "shutdown",
 ]

@@ -87,6 +87,39 @@ def broadcast_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None
         return tensor.copy_(broadcast(tensor, root_rank, name, **kwargs))
 
 
+def reducescatter(
+    tensor: torch.Tensor,
+    name: str | None = None,
+    compression: Any = None,
+    op: horovod.ReduceOp | None = None,
+    process_set: Any = horovod.global_process_set,
+) -> torch.Tensor:
+    """The mean (``op=hvd.Sum``: the sum) of ``tensor`` over ranks, of which this rank keeps its rows of the first
+    dimension (as even as possible, the first ranks one more), in the tensor's dtype and on its device."""
+    op = horovod.resolve_op(op)
+    horovod.check_compression(compression, _engine())
+    horovod.check_process_set(process_set)
+    _check_tensor(tensor, "reducescatter")
+    mine = horovod.reducescatter_array(as_numpy(tensor), op, _engine())
+    return torch.from_numpy(mine).to(device=tensor.device, dtype=tensor.dtype)
+
+
+def alltoall(
+    tensor: torch.Tensor, splits: Any = None, name: str | None = None, process_set: Any = horovod.global_process_set
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``tensor`` sent to each rank (``splits``: rows per rank, None: even), and from each rank the rows it
+    sent to this one, in rank order; returns them and how many came from each rank (bit-exact)."""
+    horovod.check_process_set(process_set)
+    _check_tensor(tensor, "alltoall")
+    counts = None if splits is None else as_numpy(splits) if isinstance(splits, torch.Tensor) else splits
+    received, came = horovod.alltoall_array(as_numpy(tensor), counts, _engine())
+    return torch.from_numpy(received).to(device=tensor.device, dtype=tensor.dtype), torch.from_numpy(came)
+
+
+def grouped_allreduce_async(tensors: list[torch.Tensor], *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(grouped_allreduce(tensors, *args, **kwargs))
+
+
 def allreduce_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
     return horovod.Handle(allreduce(tensor, *args, **kwargs))
 
