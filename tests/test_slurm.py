@@ -83,6 +83,7 @@ def test_srun_tells_each_rank_its_local_rank_but_an_inherited_batch_step_is_not_
         (SBATCH_ENV, ["-n", "6"], "-n 6: SLURM job 42 has 4 task(s) allocated (fast-h0:1, fast-h1:1, fast-h2:1, "
                                   "fast-h3:1); ask for fewer ranks"),
         (SBATCH_ENV, ["--hostfile", "hosts"], "--slurm takes its hosts from the allocation: leave out --hostfile"),
+        (SBATCH_ENV, ["--slurm-launcher", "srun", "--no-slurm"], "--slurm-launcher srun is for --slurm: add --slurm"),
     ],
 )
 def test_slurm_mistakes_are_one_line_and_status_2(tmp_path: Path, monkeypatch, capsys, env, args, message) -> None:
@@ -93,7 +94,8 @@ def test_slurm_mistakes_are_one_line_and_status_2(tmp_path: Path, monkeypatch, c
         monkeypatch.setenv(name, value)
     (tmp_path / "x.py").write_text("print('never run')\n")
     with pytest.raises(SystemExit) as exit_:
-        fast_main(["run", "--slurm", *args, "x.py"])
+        slurm_flag = [] if "--no-slurm" in args else ["--slurm"]
+        fast_main(["run", *slurm_flag, *[a for a in args if a != "--no-slurm"], "x.py"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("fast: error: ") and message in err and "Traceback" not in err, err

@@ -271,7 +271,7 @@ def main(args: argparse.Namespace) -> int:
     label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
     launcher: tuple[str, ...] = ()
-    if args.slurm:  # the allocation's nodes and tasks; srun or mpiexec (fast_core/cli/slurm.py)
+    if args.slurm or args.slurm_launcher:  # the allocation's nodes and tasks; srun or mpiexec (fast_core/cli/slurm.py)
         args.workers, launcher, args.hostfile = slurm_arguments(args, run_dir)
     check_strategy(spec, args.topology, args.workers)
     bar = sys.stderr.isatty() if args.progress is None else args.progress

@@ -116,6 +116,8 @@ def write_hostfile(found: Allocation, kind: str, folder: Path) -> Path:
 def slurm_arguments(args: argparse.Namespace, folder: Path) -> tuple[int, tuple[str, ...], str]:
     """``fast run --slurm``'s ranks, launcher (empty: mpiexec) and hostfile (written in ``folder``), said in one
     line; ``args.workers`` counts as given unless it is the default (``CPUS``)."""
+    if not args.slurm:
+        raise CLIError(f"--slurm-launcher {args.slurm_launcher} is for --slurm: add --slurm, or leave it out")
     if args.hostfile:
         raise CLIError("--slurm takes its hosts from the allocation: leave out --hostfile")
     tolerant = bool(args.fault_tolerant or args.max_restarts)
