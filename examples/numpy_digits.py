@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from fast_core.data.sharding import shard_by_label
 from fast_core.model.numpy_model import SGD, Momentum, SoftmaxRegression
 from fast_core.observers.snapshots import FOLDER as SNAPSHOTS
 from fast_core.observers.snapshots import curve_text
+from fast_core.runtime import checkpoint
 from fast_core.runtime.consensus_curve import attach_snapshots, record_consensus_curve
 from fast_core.runtime.summaries import epoch_summary, spent_text
 from fast_core.strategies.spec import strategy_from_environment
@@ -54,6 +56,12 @@ def main() -> None:
         help="iid: shuffled shards (default); label: split by label, each rank sees a few digits (try tracking:ring)",
     )
     parser.add_argument("--momentum", type=float, default=0.0, help="heavy-ball momentum of each rank's optimizer")
+    parser.add_argument(
+        "--checkpoint",
+        metavar="PATH",
+        help="resume from PATH if it exists, and save the job there after every pass (a lockstep strategy: the ranks "
+        "end their passes together); a requeued SLURM job resumes from it (examples/slurm/train.sbatch)",
+    )
     parser.add_argument(
         "--snapshot-every", type=float, default=0.05, help="seconds between snapshots of the consensus curve (fast run)"
     )
@@ -76,6 +84,8 @@ def main() -> None:
     model = SoftmaxRegression(x.shape[1], 10, optimizer=optimizer, seed=engine.rank)
     strategy = args.strategy or strategy_from_environment(default="dpsgd:ring")
     worker = fast_core.Worker(model, strategy, engine, budget=budget).start()
+    if args.checkpoint:
+        resume_from(args.checkpoint, worker)
     snapshots = None
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
         snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, args.snapshot_every)
@@ -107,6 +117,8 @@ def main() -> None:
                 print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
         if spent:
             break
+        if args.checkpoint:  # whole passes only: a resumed job starts at a pass's first batch
+            checkpoint.save(args.checkpoint, worker)
     worker.close()  # the last messages land; then the consensus model, the average of all ranks' models
     accuracy = model.accuracy(x_test, y_test, worker.group.average_params())
     worker.records.result(test_accuracy=accuracy)
@@ -126,6 +138,16 @@ def main() -> None:
         print(spent)
         if curve:
             print(curve_text(curve))
+
+
+def resume_from(path: str, worker: fast_core.Worker) -> None:
+    """Load the job's checkpoint at ``path`` if there is one (a requeued or restarted job), said by rank 0."""
+    if not worker.strategy.lockstep:
+        raise SystemExit(f"--checkpoint needs a lockstep strategy (allreduce, dpsgd:...), not {worker.strategy}")
+    if Path(path).exists():
+        saved = checkpoint.load(path, worker)
+        if worker.engine.rank == 0:
+            print(f"resumed from {path} at step {saved.step} ({saved.header['samples_spent']} samples trained before)")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,11 @@ def warn(message: str) -> None:
     print(f"fast: warning: {message}", file=sys.stderr, flush=True)
 
 
+class DefaultCount(int):
+    """An option's default number, told apart from the same number given (``fast run --slurm`` takes every task
+    SLURM allocated unless ``-n`` is given)."""
+
+
 def positive(text: str) -> int:
     """argparse type: a whole number >= 1 (ranks, steps)."""
     if not text.strip().isdigit() or int(text) < 1:

@@ -39,8 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
-"""Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx)."""
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+"""Where an MPI launcher tells a process its rank (MPICH's hydra, Open MPI, PMIx, srun: last, since under mpiexec in
+an allocation every rank inherits its batch step's SLURM_PROCID=0)."""
 
 
 LINE = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")

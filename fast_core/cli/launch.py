@@ -47,9 +47,9 @@ FT_INSTALL_HINT = (
 )
 GUARD = Path(__file__).with_name("guard.py")
 """Each rank's parent under MPICH and Open MPI: it records how a rank ended badly, which mpiexec does not say."""
-GUARDED = ("hydra", "openmpi")
-"""The launchers whose ranks run under the guard (measured: both pass the rank its MPI descriptors and variables
-through it, and signal its whole process group)."""
+GUARDED = ("hydra", "openmpi", "srun")
+"""The launchers whose ranks run under the guard (measured: each passes the rank its MPI descriptors and variables
+through it, and signals its whole process group; srun under SLURM, fast_core/cli/slurm.py)."""
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -182,6 +182,9 @@ class Job:
     """The signal that asked the launch to stop (Ctrl-C, SIGTERM), once run_job has run; 0 if none."""
     kind: str = field(default="", init=False)
     """The mpiexec's flavour (``flavour``), once ``command`` has run."""
+    launcher: tuple[str, ...] = ()
+    """A command line that starts the ranks in mpiexec's place (``srun --mpi=pmi2 -n N`` under ``fast run --slurm``);
+    empty: mpiexec. ``hostfile`` then only names rank 0's host."""
     freeze_seconds: float = 0.0
     """Under the guard: seconds a rank may go without a heartbeat (``fast_core.runtime.heartbeat``) before its guard
     takes it for frozen and kills it, so that the others (under ULFM) survive it like a dead one; 0: never."""
@@ -204,7 +207,7 @@ class Job:
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The mpiexec command line and the full environment of the launch."""
-        kind = self.kind = flavour(self.mpiexec)
+        kind = self.kind = "srun" if self.launcher else flavour(self.mpiexec)
         env = dict(os.environ)
         added = dict(self.variables)
         added.setdefault("PYTHONUNBUFFERED", "1")  # prints reach the terminal as they happen
@@ -216,8 +219,8 @@ class Job:
         if self.fault_tolerant:  # Open MPI's MPI_Finalize can hang on a fence with the dead (1 exit in 8 here)
             added.setdefault("MPI4PY_RC_FINALIZE", "0")
         env.update(added)
-        command = [self.mpiexec, "-n", str(self.workers)]
-        if self.hostfile:
+        command = list(self.launcher) or [self.mpiexec, "-n", str(self.workers)]
+        if self.hostfile and not self.launcher:
             command += ["-f" if kind == "hydra" else "--hostfile", self.hostfile]
         if kind == "openmpi":
             libmpi = Path(self.mpiexec).resolve().parent.parent / "lib" / "libmpi.so.40"

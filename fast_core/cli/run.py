@@ -20,6 +20,7 @@ from pathlib import Path
 from fast_core.cli import plots
 from fast_core.cli.common import (
     CLIError,
+    DefaultCount,
     check_strategy,
     new_run_dir,
     positive,
@@ -31,6 +32,7 @@ from fast_core.cli.dashboard import Background
 from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
 from fast_core.config.run import DEFAULT_STRATEGY, MAX_RESTARTS_VARIABLE, RunConfig, rank_prefix
@@ -48,8 +50,8 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
         "--np",
         dest="workers",
         type=positive,
-        default=os.cpu_count() or 1,
-        help="number of workers (MPI ranks); default: the number of CPUs",
+        default=DefaultCount(os.cpu_count() or 1),
+        help="number of workers (MPI ranks); default: the number of CPUs (under --slurm: the tasks allocated)",
     )
     straggler = parser.add_mutually_exclusive_group()
     straggler.add_argument(
@@ -162,6 +164,16 @@ def add_parser(subparsers) -> None:
         "without the job's bar, else none (their last draw, a whole line, is always shown)",
     )
     parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="inside a SLURM allocation (sbatch, salloc): run on its nodes and the tasks it allocated (docs/slurm.md)",
+    )
+    parser.add_argument(
+        "--slurm-launcher",
+        choices=LAUNCHERS,
+        help="under --slurm: mpiexec (default; its daemons started by srun) or srun --mpi=pmi2|pmix (docs/slurm.md)",
+    )
+    parser.add_argument(
         "--dashboard", action="store_true", help=f"serve the job's page while it runs, on 127.0.0.1:{DEFAULT_PORT}"
     )
     parser.add_argument("--dashboard-at", metavar="[HOST:]PORT", help="serve it there instead (implies --dashboard)")
@@ -255,10 +267,13 @@ def main(args: argparse.Namespace) -> int:
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
     named = args.strategy or run_config().strategy  # None: the script's own (all-reduce unless it names one)
     spec = StrategySpec.parse(named or DEFAULT_STRATEGY)  # the launcher's one parse; the ranks get str(spec)
-    check_strategy(spec, args.topology, args.workers)
     strategy = spec if named else None
     label = named or "default"
     run_dir = args.run_dir or new_run_dir(label)
+    launcher: tuple[str, ...] = ()
+    if args.slurm or args.slurm_launcher:  # the allocation's nodes and tasks; srun or mpiexec (fast_core/cli/slurm.py)
+        args.workers, launcher, args.hostfile = slurm_arguments(args, run_dir)
+    check_strategy(spec, args.topology, args.workers)
     bar = sys.stderr.isatty() if args.progress is None else args.progress
     config = launch_config(args, strategy=strategy, run_dir=run_dir, progress=False, label=label)  # the bar is ours
     exits = run_dir / EXITS
@@ -276,6 +291,7 @@ def main(args: argparse.Namespace) -> int:
         redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
         start_marks=run_dir if config.fault_tolerant else None,
         freeze_seconds=freeze_seconds(args.freeze_timeout, config),
+        launcher=launcher,
     )
     warn_if_oversubscribed(args.workers, args.hostfile)
     chosen = f"strategy {label}" if label != "default" else "the script's strategy (allreduce unless it names one)"
@@ -319,6 +335,8 @@ def main(args: argparse.Namespace) -> int:
         lines = [error_text(cause, errors), *lines]
     if relaunched:
         ending["relaunched_after"] = relaunched
+    if args.slurm:  # a node SLURM took from the job while it ran is named
+        status = slurm_ending(status, run_dir, before, ending, lines)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
@@ -544,6 +562,7 @@ def rank_text(lost: dict) -> str:
 STOPPED_BY = {
     "hydra": "mpiexec stopped the other ranks (a PID in MPICH's banner above may be another rank's)",
     "openmpi": "mpiexec stopped the other ranks (the PID in Open MPI's banner above is the rank's guard's)",
+    "srun": "srun stopped the other ranks (--kill-on-bad-exit)",
     "launcher": "fast run stopped the other ranks (under ULFM, Open MPI's MPI_Abort does not)",
 }
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from fast_core.config.current import run_config
 from fast_core.config.run import check_timeout
+from fast_core.config.slurm import step_placement
 from fast_core.engine import Engine, default_engine
 from fast_core.engine.collectives import JOB
 from fast_core.runtime import startup, uncaught
@@ -74,8 +75,8 @@ def _placement() -> tuple[int, int]:
     engine = init()
     with _lock:
         known = _placements.get(id(engine))
-    if known is None:
-        known = host_placement(engine)
+    if known is None:  # srun said it (no collective), else the ranks compare their hosts
+        known = step_placement(engine.rank, engine.size) or host_placement(engine)
         with _lock:
             _placements[id(engine)] = known
     return known
