@@ -2,8 +2,10 @@
 (benchmarks/slurm_cluster.py), jobs submitted with ``sbatch examples/slurm/train.sbatch`` as a user would.
 
 Opt-in (``FAST_SLURM=1``, ``tox -e slurm``): the module installs slurm-wlm and munge with apt-get where they are
-missing, takes the namespace hosts (so not beside tests/test_cluster.py), and runs about two minutes. Skipped with
-the reason where that cannot be done (not root, no namespaces, no apt-get).
+missing, takes the namespace hosts (so not beside tests/test_cluster.py), and runs about two minutes. The core env
+sets ``FAST_SLURM=quick``: the sbatch job and scancel only (about 40 s beside the install), the torch and requeue
+tests stay in ``tox -e slurm``. Skipped with the reason where that cannot be done (not root, no namespaces, no
+apt-get).
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ import netns_cluster as nc  # noqa: E402
 import slurm_cluster as sc  # noqa: E402
 
 TEMPLATE = ROOT / "examples" / "slurm" / "train.sbatch"
+QUICK = "quick"
+"""FAST_SLURM=quick (the core env): the two short tests; FAST_SLURM=1 all of them."""
+long_test = pytest.mark.skipif(
+    os.environ.get("FAST_SLURM") == QUICK, reason="FAST_SLURM=quick runs the short tests: tox -e slurm runs this one"
+)
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory) -> dict[str, str]:
     """The cluster (4 nodes), up for this module's tests and down after them; the environment its commands need."""
-    if os.environ.get("FAST_SLURM") != "1":
+    if os.environ.get("FAST_SLURM") not in ("1", QUICK):
         pytest.skip("real-SLURM tests are opt-in: FAST_SLURM=1 (tox -e slurm); they apt-get slurm-wlm and munge")
     reason = nc.why_not()
     if reason:
@@ -113,6 +120,7 @@ def test_an_sbatch_job_of_4_ranks_on_4_nodes_trains_as_under_mpiexec(slurm, tmp_
     assert accuracy(log) == accuracy(local.stdout)  # the same job: the same numbers
 
 
+@long_test
 def test_the_torch_example_on_4_nodes_reaches_the_accuracy_it_reaches_under_mpiexec(slurm, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the torch example needs torch (pip install 'fast-training[torch]')")
     example = ["--strategy", "dpsgd:ring", "--no-progress", "-m", "fast_examples.torch_mnist1d", "--data", "digits",
@@ -143,6 +151,7 @@ def test_scancel_ends_every_rank_with_no_orphan_and_a_clear_record(slurm, tmp_pa
     assert ran["exit_status"] == 143 and "lost" not in ran  # SIGTERM from SLURM: a stop, no rank lost
 
 
+@long_test
 @pytest.mark.parametrize("how", ["requeue", "node down"])
 def test_a_requeued_job_resumes_from_its_checkpoint_and_finishes_its_budget(slurm, tmp_path: Path, how: str) -> None:
     epochs = 300
