@@ -56,10 +56,12 @@ def slurm(tmp_path_factory) -> dict[str, str]:
         sc.down()
 
 
-def sbatch(env: dict[str, str], run_dir: Path, *args: str, options: tuple[str, ...] = ()) -> str:
+def sbatch(
+    env: dict[str, str], run_dir: Path, *args: str, options: tuple[str, ...] = (), script: Path = TEMPLATE
+) -> str:
     """Submit the template (its ``--epochs`` etc. after it), the run folder and log in ``run_dir``; the job id."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    command = ["sbatch", "--parsable", f"--chdir={run_dir}", f"--output={run_dir}/%j.out", *options, str(TEMPLATE)]
+    command = ["sbatch", "--parsable", f"--chdir={run_dir}", f"--output={run_dir}/%j.out", *options, str(script)]
     done = subprocess.run([*command, *args], env={**env, "RUN_DIR": str(run_dir / "run")}, capture_output=True,
                           text=True, check=True)
     return done.stdout.strip().split(";")[0]
@@ -187,3 +189,46 @@ def last_step_before_restart(log: Path) -> int:
     starts = [i for i, r in enumerate(records) if r.get("kind") == "start"]
     assert len(starts) >= 2, "rank 0 started once only"
     return max(r["step"] for r in records[: starts[1]] if "step" in r)
+
+
+def _ulfm_python() -> Path | None:
+    """A Python whose bin holds Open MPI's mpiexec built with ULFM (FAST_FT_PYTHON, else this one), or None."""
+    for python in (os.environ.get("FAST_FT_PYTHON"), sys.executable):
+        info = Path(python).parent / "ompi_info" if python else None
+        if info is not None and info.is_file():
+            listing = subprocess.run([str(info)], capture_output=True, text=True, timeout=30).stdout
+            if "FT MPI support: yes" in listing:
+                return Path(python)
+    return None
+
+
+FAULT_TOLERANT_JOB = """#!/bin/bash
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --no-kill
+exec {python} -m fast_core.cli run --slurm --fault-tolerant --mpiexec {mpiexec} --run-dir "$RUN_DIR" --no-progress \\
+    -m fast_examples.numpy_digits --epochs 5000
+"""
+
+
+@long_test
+def test_a_node_down_under_fault_tolerance_ends_the_job_naming_the_node(slurm, tmp_path: Path) -> None:
+    """ULFM survives a lost rank, not a node SLURM takes away (it kills the step that holds Open MPI's daemons, and
+    Open MPI's mpiexec still exits 0): fast run --slurm names the node and fails (docs/slurm.md)."""
+    python = _ulfm_python()
+    if python is None:
+        pytest.skip("needs Open MPI with ULFM beside this Python or FAST_FT_PYTHON (the mpi-ft extra)")
+    script = tmp_path / "ft.sbatch"
+    script.write_text(FAULT_TOLERANT_JOB.format(python=python, mpiexec=python.parent / "mpiexec"))
+    job = sbatch(slurm, tmp_path, script=script)
+    try:
+        wait_training(tmp_path, 50, seconds=180)  # Open MPI starts slowly across the namespace hosts
+        down = ["scontrol", "update", "nodename=fast-h3", "state=down", "reason=fast-test"]
+        subprocess.run(down, env=slurm, check=True)
+        wait_gone(slurm, job, 120)
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=fast-h3", "state=resume"], env=slurm, capture_output=True)
+    log = (tmp_path / f"{job}.out").read_text()
+    assert "SLURM removed node(s) fast-h3 from job" in log, log
+    ran = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert ran["exit_status"] == 1 and ran["slurm_lost_nodes"] == ["fast-h3"], ran

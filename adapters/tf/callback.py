@@ -136,8 +136,10 @@ class Callback(keras.callbacks.Callback):
         if isinstance(self.model.optimizer, DistributedOptimizer):
             self.model.optimizer.attached = True
 
-    def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
-        if self._deferred:  # the first step built the model: start now, and run the strategy for that step
+    def _start_deferred(self) -> None:
+        """Once fit's first step has built a model with no Input: start, and let the strategy run for that step
+        (never in ``on_train_batch_end``: overriding it stops Keras dispatching batch ends asynchronously)."""
+        if self._deferred and self.model.trainable_variables:
             self._deferred = False
             self._start()
             self._pending = True
@@ -181,6 +183,7 @@ class Callback(keras.callbacks.Callback):
         """What a subclass adds to the start (Horovod's callback: a root other than 0)."""
 
     def on_train_end(self, logs: MutableMapping | None = None) -> None:
+        self._start_deferred()
         if self._deferred:  # no step ran: nothing was started
             return
         self._finish_step()
@@ -198,13 +201,16 @@ class Callback(keras.callbacks.Callback):
 
     # steps ------------------------------------------------------------------------------------------------------
     def on_train_batch_begin(self, batch: int, logs: MutableMapping | None = None) -> None:
+        self._start_deferred()
         self._finish_step()
         self._pending = self._grants is None or self._grants.begin_batch()  # claims the next batch
 
     def on_test_begin(self, logs: MutableMapping | None = None) -> None:
+        self._start_deferred()
         self._finish_step()  # validation inside fit sees the model after the epoch's last step and mixing
 
     def on_epoch_end(self, epoch: int, logs: MutableMapping | None = None) -> None:
+        self._start_deferred()
         self._finish_step()
         logs = {} if logs is None else logs
         worker = self.worker

@@ -35,6 +35,7 @@ class BroadcastGlobalVariablesCallback(Callback):
 
     def on_train_begin(self, logs: MutableMapping | None = None) -> None:
         self._optimizer_sent = False
+        self.worker = None  # this fit's, once started
         super().on_train_begin(logs)  # rank 0's weights on every rank (after the first step: a model with no Input)
         _active[:] = [self]
 
@@ -43,19 +44,21 @@ class BroadcastGlobalVariablesCallback(Callback):
             broadcast_variables(self.model.weights, self.worker.engine, self.root_rank)
             self.adapter.new_step()
 
-    def on_train_batch_end(self, batch: int, logs: MutableMapping | None = None) -> None:
-        """After the first batch, as Horovod: ``root_rank``'s optimizer state (its variables exist once it has
+    def on_train_batch_begin(self, batch: int, logs: MutableMapping | None = None) -> None:
+        super().on_train_batch_begin(batch, logs)  # the last batch's step ends here (a model with no Input starts)
+        self._send_optimizer_state()
+
+    def _send_optimizer_state(self) -> None:
+        """After the first step, as Horovod: ``root_rank``'s optimizer state (its variables exist once it has
         applied a step) and weights on every rank, so a rank 0 restored from a checkpoint (Adam's moments) restores
         every rank. Under all-reduce only: under a strategy that mixes parameters each rank's optimizer state is
-        its own by design."""
-        super().on_train_batch_end(batch, logs)  # a model with no Input starts here
-        if self._optimizer_sent:
+        its own by design. (Not in ``on_train_batch_end``: overriding it stops Keras' asynchronous dispatch.)"""
+        if self._optimizer_sent or self.worker is None or self._deferred or self.worker.step < 1:
             return
         self._optimizer_sent = True
         optimizer = self.model.optimizer
         if self.worker.strategy.name != "allreduce" or optimizer is None or not optimizer.variables:
             return
-        self._finish_step()  # the first batch's update, then the root's state over it
         broadcast_variables([*self.model.weights, *optimizer.variables], self.worker.engine, self.root_rank)
         self.adapter.new_step()
 
