@@ -86,7 +86,7 @@ def record(engine, strategy: str, form: str, optimizer=None, steps: int = STEPS)
 @pytest.mark.parametrize("form", ["plain", "gradient"])
 def test_dpsgd_through_the_step_matches_the_numpy_reference(form: str) -> None:
     size = 4
-    results = LocalCluster(size, timeout=60).run(record, "dpsgd:ring", form)
+    results = LocalCluster(size, timeout=240).run(record, "dpsgd:ring", form)
     starts = np.stack([r[0] for r in results])
     np.testing.assert_array_equal(starts, np.broadcast_to(starts[0], starts.shape))  # rank 0's start everywhere
     states = dpsgd_reference(starts, [r[2] for r in results], "ring", LR)
@@ -96,14 +96,14 @@ def test_dpsgd_through_the_step_matches_the_numpy_reference(form: str) -> None:
 
 
 def test_diloco_through_the_string_matches_the_numpy_reference() -> None:
-    results = LocalCluster(4, timeout=60).run(record, "diloco:period=2", "plain")
+    results = LocalCluster(4, timeout=240).run(record, "diloco:period=2", "plain")
     states = DiLoCoReference(period=2).replay(np.stack([r[0] for r in results]), [r[2] for r in results], LR)
     for rank, result in enumerate(results):
         np.testing.assert_allclose(result[1], states[rank], rtol=0, atol=2e-6)
 
 
 def test_allreduce_equals_one_model_on_the_mean_gradient_with_momentum() -> None:
-    results = LocalCluster(4, timeout=60).run(record, "allreduce", "gradient", optax.sgd(LR, momentum=MOMENTUM))
+    results = LocalCluster(4, timeout=240).run(record, "allreduce", "gradient", optax.sgd(LR, momentum=MOMENTUM))
     for result in results[1:]:
         np.testing.assert_array_equal(result[1], results[0][1])  # identical replicas
     params, _ = allreduce_momentum_reference(results[0][0], [r[2] for r in results], LR, MOMENTUM)
@@ -113,7 +113,7 @@ def test_allreduce_equals_one_model_on_the_mean_gradient_with_momentum() -> None
 def test_fast_applies_neighbour_gradients_through_the_optax_optimizer() -> None:
     size = 4
     optimizer = optax.sgd(LR, momentum=MOMENTUM)  # stateful: the order own, then neighbours in rank order, matters
-    results = LocalCluster(size, timeout=60).run(record, "fast:torus,synchronous=true", "gradient", optimizer)
+    results = LocalCluster(size, timeout=240).run(record, "fast:torus,synchronous=true", "gradient", optimizer)
     graph = make_topology("torus", size)
     params = np.stack([r[0] for r in results])
     velocity = np.zeros_like(params)
@@ -142,7 +142,7 @@ def _restart(engine, reset: bool):
 
 @pytest.mark.parametrize("reset", [False, True])
 def test_fast_end_epoch_restarts_every_rank_from_the_best_replica(reset: bool) -> None:
-    results = LocalCluster(4, timeout=60).run(_restart, reset)
+    results = LocalCluster(4, timeout=240).run(_restart, reset)
     assert np.abs(results[1][0] - results[0][0]).max() > 1e-4  # replicas had drifted apart
     for _, restarted, momentum in results:
         np.testing.assert_array_equal(restarted, results[1][0])  # rank 1: best metric, lowest rank on the tie
@@ -160,7 +160,7 @@ def test_the_users_jitted_function_is_traced_once(strategy: str, form: str) -> N
         step.close()
         return len(traces)
 
-    assert LocalCluster(2, timeout=60).run(run) == [1, 1]
+    assert LocalCluster(2, timeout=240).run(run) == [1, 1]
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_one_transfer_each_way_per_step_and_none_when_nothing_is_mixed(
         engine.barrier()
         step.close()
 
-    LocalCluster(2, timeout=60).run(run)
+    LocalCluster(2, timeout=240).run(run)
     assert counts == {"get": 2 * gets * steps, "put": 2 * puts * steps}  # two ranks counted
 
 

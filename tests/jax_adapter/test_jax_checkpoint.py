@@ -44,7 +44,7 @@ def test_saved_on_four_ranks_resumes_on_two_and_eight_with_the_averages(tmp_path
         fast.save_checkpoint(path, step, params, opt_state)
         return leaves(params), leaves(opt_state), step.worker.step
 
-    saved = LocalCluster(4, timeout=60).run(save)
+    saved = LocalCluster(4, timeout=240).run(save)
     mean_params = [np.mean([r[0][i] for r in saved], axis=0) for i in range(len(saved[0][0]))]
     mean_state = [np.mean([r[1][i] for r in saved], axis=0) for i in range(len(saved[0][1]))]
     assert not np.allclose(saved[0][0][0], saved[1][0][0])  # the average is not a copy of one rank
@@ -56,7 +56,7 @@ def test_saved_on_four_ranks_resumes_on_two_and_eight_with_the_averages(tmp_path
         return leaves(params), leaves(opt_state), loaded.step, loaded.header["ranks"]
 
     for size in (2, 8):
-        for params, state, step, ranks in LocalCluster(size, timeout=60).run(load):
+        for params, state, step, ranks in LocalCluster(size, timeout=240).run(load):
             assert step == saved[0][2] and ranks == 4
             for got, want in zip(params, mean_params, strict=True):
                 np.testing.assert_allclose(got, want, rtol=1e-6)
@@ -75,7 +75,7 @@ def test_a_loaded_checkpoint_is_not_pulled_back_toward_the_start_under_async_ave
         fast.save_checkpoint(path, step, params, opt_state)
         step.close()
 
-    LocalCluster(2, timeout=60).run(save)
+    LocalCluster(2, timeout=240).run(save)
 
     def resume(engine):
         step, params, opt_state = adam_step("async:ring,keep_progress=false", engine, lr=0.0)
@@ -85,7 +85,7 @@ def test_a_loaded_checkpoint_is_not_pulled_back_toward_the_start_under_async_ave
         step.close()
         return leaves(params)
 
-    for params in LocalCluster(3, timeout=60).run(resume):
+    for params in LocalCluster(3, timeout=240).run(resume):
         for leaf in params:
             np.testing.assert_allclose(leaf, 1.0, rtol=1e-6)  # lr 0: the loaded values, not the start's
 
@@ -99,7 +99,7 @@ def test_another_optimizers_state_is_refused_on_every_rank(tmp_path: Path) -> No
         fast.save_checkpoint(path, step, params, opt_state)
         step.close()
 
-    LocalCluster(2, timeout=60).run(save)
+    LocalCluster(2, timeout=240).run(save)
 
     def load_with_sgd(engine):
         optimizer = optax.sgd(0.1, momentum=0.9)
@@ -108,4 +108,4 @@ def test_another_optimizers_state_is_refused_on_every_rank(tmp_path: Path) -> No
         fast.load_checkpoint(path, step, params, optimizer.init(params))
 
     with pytest.raises(CheckpointError, match=r"optimizer state leaf '.*' is missing.*the optimizer the checkpoint"):
-        LocalCluster(2, timeout=60).run(load_with_sgd)
+        LocalCluster(2, timeout=240).run(load_with_sgd)

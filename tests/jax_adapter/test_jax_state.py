@@ -66,7 +66,7 @@ def run(engine, strategy: str, fn, tx: optax.GradientTransformation):
 
 
 def test_dpsgd_mixes_a_train_states_params_as_the_numpy_reference() -> None:
-    results = LocalCluster(SIZE, timeout=60).run(run, "dpsgd:ring", train_step, optax.sgd(LR))
+    results = LocalCluster(SIZE, timeout=240).run(run, "dpsgd:ring", train_step, optax.sgd(LR))
     starts = np.stack([r[0] for r in results])
     np.testing.assert_array_equal(starts, np.broadcast_to(starts[0], starts.shape))  # rank 0's start everywhere
     states = dpsgd_reference(starts, [r[2] for r in results], "ring", LR)
@@ -79,7 +79,7 @@ def test_dpsgd_mixes_a_train_states_params_as_the_numpy_reference() -> None:
 
 def test_allreduce_applies_the_mean_gradient_through_the_states_tx() -> None:
     tx = optax.sgd(LR, momentum=MOMENTUM)
-    results = LocalCluster(SIZE, timeout=60).run(run, "allreduce", grad_step, tx)
+    results = LocalCluster(SIZE, timeout=240).run(run, "allreduce", grad_step, tx)
     for result in results[1:]:
         np.testing.assert_array_equal(result[1], results[0][1])  # identical replicas
     params, velocity = allreduce_momentum_reference(results[0][0], [r[2] for r in results], LR, MOMENTUM)
@@ -102,7 +102,7 @@ def test_a_plain_pytree_state_mixes_floats_in_float32_and_keeps_counters() -> No
             state, _ = step(state, engine.rank)
         return state, fast.average(state["b"], step=step)  # closes the step; bfloat16 averaged too
 
-    states = LocalCluster(SIZE, timeout=60).run(go)
+    states = LocalCluster(SIZE, timeout=240).run(go)
     graph = make_topology("ring", SIZE)
     x = np.zeros(SIZE)  # rank 0's start everywhere
     for k in range(STEPS):  # D-PSGD's X <- W X + own update, as for the gradients above
@@ -160,7 +160,7 @@ def test_the_steps_loss_reaches_the_workers_records(form: str) -> None:
         step.close()
         return losses, records.steps
 
-    for losses, steps in LocalCluster(2, timeout=60).run(go):
+    for losses, steps in LocalCluster(2, timeout=240).run(go):
         assert [r["samples"] for r in steps] == [BATCH] * STEPS
         np.testing.assert_allclose([r["loss"] for r in steps], losses, rtol=1e-5)
 

@@ -20,7 +20,7 @@ def _sum(engine) -> dict:
 
 
 def test_sum_matches_numpy_in_each_leafs_dtype() -> None:
-    for result in LocalCluster(3, timeout=30).run(_sum):
+    for result in LocalCluster(3, timeout=240).run(_sum):
         assert result["correct"].dtype == jnp.int32 and int(result["correct"]) == 3 + 13 + 23
         assert result["loss"].dtype == jnp.float32 and float(result["loss"]) == 0.5 + 1.5 + 2.5
         assert result["vec"].dtype == jnp.bfloat16

@@ -42,7 +42,7 @@ def test_the_step_writes_each_ranks_records_to_tensorboard(tmp_path: Path, monke
     step's losses (a "loss" in its metrics) and the running total of samples."""
     monkeypatch.setenv("FAST_RUN_DIR", str(tmp_path / "run"))
     forget_run_config()  # as a new process: this configuration is read at the step's start
-    LocalCluster(2, timeout=60).run(_train, tmp_path / "tb")
+    LocalCluster(2, timeout=240).run(_train, tmp_path / "tb")
     check_against_records(tmp_path / "tb", tmp_path / "run")
     for rank in range(2):
         scalars = read_scalars(tmp_path / "tb" / f"rank{rank}")

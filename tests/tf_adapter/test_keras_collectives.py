@@ -115,4 +115,4 @@ def _bad_inputs(engine: Engine) -> None:
 
 
 def test_bad_input_is_named() -> None:
-    LocalCluster(2, timeout=30).run(_bad_inputs)
+    LocalCluster(2, timeout=240).run(_bad_inputs)

@@ -18,7 +18,7 @@ from fast_core import ConfigError, Engine, LocalCluster
 @pytest.mark.parametrize("size", [1, 4])
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_on_local_cluster(name: str, size: int) -> None:
-    LocalCluster(size, timeout=60).run(CASES[name])
+    LocalCluster(size, timeout=240).run(CASES[name])
 
 
 def one_rank() -> Engine:
@@ -178,8 +178,8 @@ def _fit_uneven(engine, strategy: str) -> int:
 
 def test_synchronous_strategies_refuse_ranks_with_different_step_counts() -> None:
     with pytest.raises(ValueError, match=r"between 4 and 5 steps per epoch.*'dpsgd' needs the same number.*shard"):
-        LocalCluster(2, timeout=30).run(_fit_uneven, "dpsgd:ring")
-    assert LocalCluster(2, timeout=30).run(_fit_uneven, "async:ring") == [4, 5]  # asynchronous: nobody waits
+        LocalCluster(2, timeout=240).run(_fit_uneven, "dpsgd:ring")
+    assert LocalCluster(2, timeout=240).run(_fit_uneven, "async:ring") == [4, 5]  # asynchronous: nobody waits
 
 
 def test_a_callback_trains_again_in_a_second_fit() -> None:
