@@ -209,3 +209,13 @@ def optional_dependencies() -> set[str]:
 def is_setup_command(command: str) -> bool:
     words = shlex.split(command)
     return words[:2] == ["pip", "install"] or words[:1] == ["tox"]
+
+
+def documented_commands(page: str, names: str) -> list[list[str]]:
+    """The commands, in their test forms, of the one bash block of ``page`` (a path from the repository's root) that
+    names ``names``: for a test that runs a documented block itself and checks its output, where test_docs.py
+    skips the block (``<!-- skip: tests/... runs it -->``) so it does not run twice."""
+    found = [b for b in read_blocks(ROOT / page) if b.lang == "bash" and names in b.text]
+    if len(found) != 1:
+        raise ValueError(f"{page}: {len(found)} bash blocks name {names!r}; the test expects one")
+    return [shlex.split(command) for command in shortened(found[0])]

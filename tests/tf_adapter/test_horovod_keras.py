@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docblocks import documented_commands
+from fast_cli import fast
 from mpirun import run_mpi
 from sklearn.datasets import load_digits
 
@@ -61,11 +63,17 @@ def test_a_horovod_keras_script_trains_by_horovods_rule(tmp_path: Path) -> None:
 
 
 @pytest.mark.mpi
-def test_the_horovod_keras_example_learns() -> None:
-    output = run_mpi(2, EXAMPLES / "horovod_keras_mnist.py", "--epochs", "3", timeout=240)
-    accuracy = float(re.search(r"Test accuracy: ([0-9.]+)", output).group(1))
-    assert accuracy > 0.8, output
-    assert "finished gradual learning rate warmup to 0.002" in output
+@pytest.mark.parametrize("command", documented_commands("docs/guides/horovod.md", "horovod_keras_mnist"), ids=" ".join)
+def test_the_documented_horovod_keras_example_learns(command: list[str]) -> None:
+    """docs/guides/horovod.md's two Keras commands (all-reduce for 3 epochs: past the warm-up, then D-PSGD)."""
+    done = fast(*command[1:], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = float(re.search(r"Test accuracy: ([0-9.]+)", done.stdout).group(1))
+    if "--strategy" in command:
+        assert accuracy > 0.5, done.stdout
+    else:
+        assert accuracy > 0.8, done.stdout
+        assert "finished gradual learning rate warmup to 0.002" in done.stdout
 
 
 def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:

@@ -24,16 +24,15 @@ KERAS_STRATEGIES = [
     "dpsgd:ring",
     "async:torus,staleness=1",
     "easgd:tau=4,synchronous=false",
-    "gossip:push,synchronous=false",
     "ps:servers=2,mode=async",
     "fast:torus",
 ]
 """One strategy for each way fast_tf's callback meets one: parameters mixed every k batches (localsgd), in lockstep
 after each batch (dpsgd), from a mailbox with a staleness wait (async), from a background thread (asynchronous
-EASGD, push gossip), through servers (ps), and neighbours' gradients applied through the optimizer (fast). The
-strategies themselves are fast_core's, the same under every adapter: all of them are compared through fast_torch
-and fast_jax (tests/torch_adapter/test_torch_mpi.py, tests/jax_adapter/test_jax_mpi.py), and the whole list through
-Keras took 241 s alone here and over 300 s on a loaded CI machine."""
+EASGD; push gossip meets Keras the same way), through servers (ps), and neighbours' gradients applied through the
+optimizer (fast). The strategies themselves are fast_core's, the same under every adapter: all of them are compared
+through fast_torch and fast_jax (tests/torch_adapter/test_torch_mpi.py, tests/jax_adapter/test_jax_mpi.py), and the
+whole list through Keras took 241 s alone here and over 300 s on a loaded CI machine."""
 
 
 @pytest.mark.mpi

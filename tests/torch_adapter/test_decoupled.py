@@ -74,7 +74,7 @@ def _check(params: dict[str, np.ndarray], expected: list[list[np.ndarray]], firs
 
 @pytest.mark.parametrize(("stages", "replicas", "bounds"), LAYOUTS)
 def test_every_parameter_follows_the_delayed_gradient_rule(stages: int, replicas: int, bounds: list[int]) -> None:
-    results = LocalCluster(stages * replicas, timeout=30).run(_train, stages, bounds)
+    results = LocalCluster(stages * replicas, timeout=120).run(_train, stages, bounds)
     expected, losses = train(init_layers(SIZES), bounds, _data(replicas), LR)
     for result in results:
         _check(result["params"], expected, bounds[result["stage"]])
@@ -100,7 +100,7 @@ def _bad_inputs(engine) -> None:
 
 
 def test_bad_input_is_named_on_every_rank() -> None:
-    LocalCluster(2, timeout=30).run(_bad_inputs)
+    LocalCluster(2, timeout=120).run(_bad_inputs)
 
 
 def _evaluate(engine) -> tuple[float, float]:
@@ -112,7 +112,7 @@ def _evaluate(engine) -> tuple[float, float]:
 
 
 def test_the_pipeline_evaluates_between_steps_without_disturbing_training() -> None:
-    check_evaluation(LocalCluster(2, timeout=30).run(_evaluate), SIZES)
+    check_evaluation(LocalCluster(2, timeout=120).run(_evaluate), SIZES)
 
 
 def _synchronous(engine) -> dict:
@@ -136,7 +136,7 @@ def _synchronous(engine) -> dict:
 
 def test_the_synchronous_pipeline_trains_as_one_process_does() -> None:
     expected, _ = train(init_layers(SIZES), [0, 4], _data(1), LR)  # no delay: plain SGD
-    for result in LocalCluster(2, timeout=30).run(_synchronous):
+    for result in LocalCluster(2, timeout=120).run(_synchronous):
         _check(result["params"], expected, 2 * result["stage"])
 
 
@@ -149,7 +149,7 @@ def _timed_split(engine) -> list[int]:
 
 
 def test_a_sample_batch_splits_by_measured_time_the_same_on_every_rank() -> None:
-    first, second = LocalCluster(2, timeout=60).run(_timed_split)
+    first, second = LocalCluster(2, timeout=120).run(_timed_split)
     assert first == second and first[0] == 0 and first[-1] == 4 and first[1] in (2, 3)  # the 600x600 layer weighs most
 
 
@@ -187,5 +187,5 @@ def test_a_window_bounds_the_delay_and_window_one_is_plain_training(window: int)
         plain, _ = train(init_layers(SIZES), [0, 4], _data(1), LR)
         for mine, reference in zip(expected, plain, strict=True):
             np.testing.assert_allclose(mine[0], reference[0], rtol=1e-12, atol=1e-14)
-    for result in LocalCluster(3, timeout=30).run(_windowed, window):
+    for result in LocalCluster(3, timeout=120).run(_windowed, window):
         _check(result["params"], expected, bounds[result["stage"]])

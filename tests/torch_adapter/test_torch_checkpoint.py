@@ -71,13 +71,13 @@ def _load(engine, path: str, kind: str):
 @pytest.mark.parametrize("kind", list(OPTIMIZERS))
 def test_saved_on_four_ranks_it_resumes_on_two_and_eight_with_the_optimizer_state(tmp_path, kind: str) -> None:
     path = str(tmp_path / "torch.ckpt")
-    saved = LocalCluster(4, timeout=30).run(_save, path, kind)
+    saved = LocalCluster(4, timeout=120).run(_save, path, kind)
     mean = np.mean([p for p, _, _ in saved], axis=0)
     mean_state = {k: np.mean([s[k] for _, s, _ in saved], axis=0) for k in saved[0][1]}
     mean_buffer = np.mean([b for _, _, b in saved], axis=0)
     assert mean_state and not np.allclose(saved[0][0], saved[1][0])
     for size in (2, 8):
-        for params, state, buffer, step, lr, ranks in LocalCluster(size, timeout=30).run(_load, path, kind):
+        for params, state, buffer, step, lr, ranks in LocalCluster(size, timeout=120).run(_load, path, kind):
             np.testing.assert_allclose(params, mean, rtol=0, atol=1e-12)
             assert state.keys() == mean_state.keys()
             for key, value in state.items():
@@ -110,6 +110,6 @@ def test_a_checkpoint_loaded_after_distributed_optimizer_under_async_is_not_pull
     tmp_path, strategy
 ) -> None:
     path = str(tmp_path / "ones.ckpt")
-    LocalCluster(2, timeout=30).run(_ones, path)  # saved with lr 0: load restores the saved hyper-parameters
-    for params in LocalCluster(4, timeout=30).run(_async_lr0, path, strategy):
+    LocalCluster(2, timeout=120).run(_ones, path)  # saved with lr 0: load restores the saved hyper-parameters
+    for params in LocalCluster(4, timeout=120).run(_async_lr0, path, strategy):
         np.testing.assert_allclose(params, 1.0, rtol=0, atol=1e-12)

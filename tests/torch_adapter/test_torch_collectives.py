@@ -61,7 +61,7 @@ def _run(engine: Engine) -> dict[str, object]:
 
 
 def test_average_and_broadcast_are_one_collective_for_all_tensors_with_numpy_results() -> None:
-    results = LocalCluster(SIZE, timeout=30).run(_run)
+    results = LocalCluster(SIZE, timeout=120).run(_run)
     starts = [tensors(make_model(seed=rank)) for rank in range(SIZE)]
     floating = [name for name, value in starts[0].items() if np.issubdtype(value.dtype, np.floating)]
     count = sum(starts[0][name].size for name in floating)
@@ -105,7 +105,7 @@ def _consensus_mid_training(engine: Engine) -> dict[str, object]:
 
 
 def test_the_consensus_copy_and_a_mid_training_average_leave_the_worker_running() -> None:
-    results = LocalCluster(SIZE, timeout=30).run(_consensus_mid_training)
+    results = LocalCluster(SIZE, timeout=120).run(_consensus_mid_training)
     floating = [name for name, value in results[0]["own"].items() if np.issubdtype(value.dtype, np.floating)]
     for result in results:
         assert result["steps"] == 5
@@ -140,7 +140,7 @@ def _reduce_metrics(engine: Engine) -> dict[str, object]:
 
 
 def test_tensor_collectives_match_numpy_in_each_tensors_own_dtype_and_structure() -> None:
-    results = LocalCluster(SIZE, timeout=30).run(_reduce_metrics)
+    results = LocalCluster(SIZE, timeout=120).run(_reduce_metrics)
     every = [_metrics(rank) for rank in range(SIZE)]
     for result in results:
         average, total, root = result["average"], result["sum"], result["broadcast"]
@@ -169,7 +169,7 @@ def _mismatched(engine: Engine) -> str:
 
 
 def test_ranks_passing_different_shapes_all_get_an_error_instead_of_a_hang() -> None:
-    messages = LocalCluster(SIZE, timeout=30).run(_mismatched)
+    messages = LocalCluster(SIZE, timeout=120).run(_mismatched)
     assert all("every rank must call the collective with the same structure" in m for m in messages), messages
 
 
@@ -183,4 +183,4 @@ def _bad_inputs(engine: Engine) -> None:
 
 
 def test_bad_input_is_named() -> None:
-    LocalCluster(2, timeout=30).run(_bad_inputs)
+    LocalCluster(2, timeout=120).run(_bad_inputs)
