@@ -32,6 +32,7 @@ from fast_core.cli.dashboard import Background
 from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
 from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.profile import profile_lines
 from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
@@ -131,6 +132,12 @@ def add_parser(subparsers) -> None:
         help="every rank writes its records as TensorBoard scalars there too, while the job runs (DIR/rank<r>, the "
         "job's in DIR/job); needs pip install 'fast-training[tensorboard]' (FAST_TENSORBOARD)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="each rank splits its time by phase (compute, exchange, update, measurement, budget; on a core, waiting "
+        "for one, blocked) and the CPU of its other threads; a table of it after the job (FAST_PROFILE)",
+    )
     progress = parser.add_mutually_exclusive_group()
     progress.add_argument(
         "--progress",
@@ -217,6 +224,7 @@ def launch_config(
         run_dir=run_dir.resolve(),
         tensorboard=tensorboard_folder(args),
         log_every=args.log_every,
+        profile=bool(getattr(args, "profile", False)) or outer.profile,
         progress=progress,
         verbose=args.verbose,
         label=label,
@@ -340,7 +348,7 @@ def main(args: argparse.Namespace) -> int:
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)
     for line in lines:
         say(line)
-    for line in job_figures(run_dir, label, before):
+    for line in job_figures(run_dir, label, before, args.workers if config.profile else 0):
         say(line)
     if status != 0:
         say(f"the job ended with exit status {status}; records so far in {run_dir}")
@@ -384,10 +392,11 @@ def launch_again(job: Job, config: RunConfig, run_dir: Path) -> dict[str, str]:
     return {**job.variables, MAX_RESTARTS_VARIABLE: str(left - 1)}
 
 
-def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
+def job_figures(run_dir: Path, label: str, before: dict[int, int], profiled: int = 0) -> list[str]:
     """The job's rate (all ranks' samples over the job wall-clock, as ``fast bench`` counts it) and curves.png in
-    the run folder, from the ranks' records of this launch (after ``before``, each rank file's bytes at the start);
-    what could not be made is said, never in the job's way."""
+    the run folder, from the ranks' records of this launch (after ``before``, each rank file's bytes at the start),
+    and under ``--profile`` (``profiled``: the job's workers) where each rank's time went; what could not be made
+    is said, never in the job's way."""
     ranks = read_run(run_dir, before)
     if not ranks:
         return []
@@ -407,6 +416,8 @@ def job_figures(run_dir: Path, label: str, before: dict[int, int]) -> list[str]:
         lines.append(f"loss and accuracy against time: {plots.curves(ranks, run_dir, label)}")
     except (ImportError, OSError, ValueError) as exc:
         lines.append(f"no curves.png: {exc}")
+    if profiled:
+        lines.extend(profile_lines(ranks, profiled))
     return lines
 
 

@@ -33,6 +33,8 @@ RUN_DIR_VARIABLE = "FAST_RUN_DIR"
 TENSORBOARD_VARIABLE = "FAST_TENSORBOARD"
 """A folder for TensorBoard: each rank writes its records as scalars there too (``fast_core.observers.tensorboard``)."""
 LOG_EVERY_VARIABLE = "FAST_LOG_EVERY"
+PROFILE_VARIABLE = "FAST_PROFILE"
+"""Set (1) by ``fast run --profile``: each rank splits its time by phase (fast_core.runtime.time_split)."""
 """A "step" record every this many steps (default 10)."""
 PROGRESS_VARIABLE = "FAST_PROGRESS"
 """1: rank 0 shows a bar of its own steps (``fast bench`` sets it when its output is a terminal; ``fast run`` shows
@@ -85,6 +87,8 @@ class RunConfig:
     tensorboard: Path | None = None
     """Where the ranks write their records as TensorBoard scalars too (None: nowhere)."""
     log_every: int = DEFAULT_LOG_EVERY
+    profile: bool = False
+    """Whether each rank splits its wall-clock by phase into its close record (FAST_PROFILE, ``fast run --profile``)."""
     progress: bool = False
     verbose: bool = False
     label: str = ""
@@ -127,6 +131,7 @@ class RunConfig:
             run_dir=Path(run_dir) if run_dir else None,
             tensorboard=Path(tensorboard) if tensorboard else None,
             log_every=_whole(text(LOG_EVERY_VARIABLE), LOG_EVERY_VARIABLE, "10", minimum=1) or DEFAULT_LOG_EVERY,
+            profile=_switch(text(PROFILE_VARIABLE)),
             progress=_switch(text(PROGRESS_VARIABLE)),
             verbose=_switch(text(VERBOSE_VARIABLE)),
             label=text(LABEL_VARIABLE),
@@ -150,6 +155,7 @@ class RunConfig:
             RUN_DIR_VARIABLE: "" if self.run_dir is None else str(self.run_dir),
             TENSORBOARD_VARIABLE: "" if self.tensorboard is None else str(self.tensorboard),
             LOG_EVERY_VARIABLE: str(self.log_every),
+            PROFILE_VARIABLE: "1" if self.profile else "0",
             PROGRESS_VARIABLE: "1" if self.progress else "0",
             VERBOSE_VARIABLE: "1" if self.verbose else "0",
             LABEL_VARIABLE: self.label,

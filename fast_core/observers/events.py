@@ -105,6 +105,8 @@ class Closed:
 
     handler: ClassVar[str] = "on_close"
     step: int
+    time_split: dict[str, float] | None = None
+    """Where this rank's time went, by phase, under ``fast run --profile`` (TimeSplit.summary); None otherwise."""
 
 
 Event = Started | ComputeEnded | StepEnded | EpochEnded | Recorded | Recovered | Closed

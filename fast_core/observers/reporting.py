@@ -128,6 +128,8 @@ class Reporter(Observer):
         closing = {SUMMED: self._samples, "step_time": self._step_time, "wall_stop": self._wall_stop}
         if self._straggler is not None:
             closing["straggler_slept"] = self._straggler.slept  # seconds this rank slept as the simulated straggler
+        if event.time_split is not None:
+            closing.update(event.time_split)  # fast run --profile: time_<phase>_<part> seconds
         self._emit(event.step, "close", closing)
         if self._bar is not None:
             self._bar.close()

@@ -46,6 +46,8 @@ class Parts:
     records: Recorder
     group: Group
     claims: Claims
+    profile: bool = False
+    """Whether the Worker splits its time by phase (fast_core.runtime.time_split), as the configuration asks."""
 
 
 def wire(
@@ -76,7 +78,8 @@ def wire(
     chosen = Observers(observers if observers is not None else observers_for(config, engine.rank, engine.size))
     group = Group(RecoveryState(engine, context, resolved), chosen.announce)
     claims = Claims(budget if budget is not None else Budget.from_config(config), group)
-    return Parts(resolved, metrics, context, clock, chosen, Recorder(chosen, context, clock), group, claims)
+    records = Recorder(chosen, context, clock)
+    return Parts(resolved, metrics, context, clock, chosen, records, group, claims, profile=config.profile)
 
 
 def observers_for(config: RunConfig, rank: int, size: int) -> list[Observer]:

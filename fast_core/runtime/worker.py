@@ -26,6 +26,7 @@ from fast_core.runtime.agreement import check_same_setup
 from fast_core.runtime.budget import Budget, check_batch_size
 from fast_core.runtime.builder import wire
 from fast_core.runtime.clock import set_step
+from fast_core.runtime.time_split import TimeSplit
 from fast_core.strategies import Strategy
 from fast_core.strategies.canonical import canonical_strategy
 
@@ -72,6 +73,9 @@ class Worker:
         """``time.monotonic()`` at the end of the collective ``start``: the common origin of wall-clock points
         (snapshots, "consensus" records), the same moment on every rank up to a message latency."""
         self._clock = parts.clock
+        self._profile = parts.profile
+        self.time_split: TimeSplit | None = None
+        """Where this rank's time goes, phase by phase, from ``start`` on (``fast run --profile``; else None)."""
         self._broadcast_start = broadcast_start
         self._started = False
         self._closed = False
@@ -92,6 +96,8 @@ class Worker:
         joins the running group instead, taking its parameters, step, optimizer state and budget."""
         if self._started:
             return self
+        if self._profile:
+            self.time_split = TimeSplit()  # in its "start" phase
         budgeted = self.claims.budget is not None
         if joining(self.engine):
             self.claims.open(self.strategy.lockstep_steps() if budgeted else 0, joining=True)
@@ -102,6 +108,7 @@ class Worker:
         started = self.claims.started_at
         self.started_at = started if started is not None else time.monotonic()
         self._started = True
+        self._enter("compute")
         self._clock.restart()
         self.observers.announce(self._started_event())  # also when none listens yet: one attached later hears it
         self.group.started()
@@ -139,24 +146,31 @@ class Worker:
         """Hook between backward and the optimizer step (gradient strategies act here)."""
         self._ensure_started()
         if len(self.observers):  # no record made when none listens: a step pays nothing for observers
-            self.observers.announce(ComputeEnded(self.step, self._clock.elapsed()))
+            elapsed = self._clock.elapsed()
+            self._enter("measurement")
+            self.observers.announce(ComputeEnded(self.step, elapsed))
+        self._enter("exchange")
         if self.uneven_inputs and self.strategy.lockstep:
             collectives.count_active(self.engine, True)
         if not self.group.changing:
             self.group.in_step(lambda: self.strategy.before_step(self.context))
+        self._enter("update")
 
     def after_step(self) -> None:
         """Hook after the optimizer step (parameter strategies act here)."""
         self._ensure_started()
+        self._enter("exchange")
         if not self.group.changing:
             self.group.in_step(self._mix)
         self.step = self.group.end_step(self.step + 1)  # after a lost rank: the group's consensus point
         if self.log_every and self.step % self.log_every == 0:
             data = self.metrics.as_dict()
             log.info("rank %d %s", self.engine.rank, " ".join(f"{k}={_short(v)}" for k, v in data.items()))
-        self._clock.restart()
         if len(self.observers):
+            self._enter("measurement")
             self.observers.announce(StepEnded(self.step))
+        self._enter("compute")
+        self._clock.restart()
 
     def _mix(self) -> None:
         self.engine.check_alive()  # stop (or survive) at once when another worker was lost, whatever the strategy
@@ -179,7 +193,10 @@ class Worker:
         and call ``close()``). Without a budget it always returns ``batch_size``. A claim holds until the step is
         taken: asked again before ``after_step``, it returns the same number. Counted in ``metrics.samples``."""
         self._ensure_started()
-        return self.claims.batch(check_batch_size(batch_size))
+        if self.time_split is None:
+            return self.claims.batch(check_batch_size(batch_size))
+        with self.time_split.during("budget"):
+            return self.claims.batch(check_batch_size(batch_size))
 
     def join(self) -> int:
         """Called by a rank out of data: take part in the steps of the others, with a zero gradient, until every
@@ -205,9 +222,12 @@ class Worker:
     def end_epoch(self, metric: float) -> None:
         """Tell the strategy an epoch ended, with this rank's validation metric (higher is better)."""
         self._ensure_started()
+        self._enter("exchange")
         self.group.collective(lambda: self.strategy.end_epoch(self.context, metric))
-        self._clock.restart()  # the epoch's evaluation is not a step's compute
+        self._enter("measurement")
         self.observers.announce(EpochEnded(self.step))
+        self._enter("compute")
+        self._clock.restart()  # the epoch's evaluation is not a step's compute
 
     def resume(self, step: int, samples_before: int = 0) -> None:
         """A checkpoint replaced the parameters (collective; ``fast_core.runtime.checkpoint.load`` calls it):
@@ -227,9 +247,11 @@ class Worker:
         (``fast_torch.average_model``, ``fast_tf.Callback(average_at_end=True)``, ``fast_jax.average(step=)``)
         closes, then averages."""
         if self._started and not self._closed:
+            self._enter("exchange")
             self.group.collective(self._close_all)
             self._closed = True
-            self.observers.announce(Closed(self.step))
+            split = None if self.time_split is None else self.time_split.summary()
+            self.observers.announce(Closed(self.step, split))
             log.debug("rank %d closed after %d steps", self.engine.rank, self.step)
 
     def _close_all(self) -> None:
@@ -237,6 +259,10 @@ class Worker:
         self.claims.close()  # collective under a budget: the grant service stops, the job's samples are summed
 
     # ---------------------------------------------------------------------------------------------------------------
+    def _enter(self, phase: str) -> None:
+        if self.time_split is not None:
+            self.time_split.enter(phase)
+
     def _ensure_started(self) -> None:
         if not self._started:
             self.start()
