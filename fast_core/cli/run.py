@@ -31,7 +31,7 @@ from fast_core.cli.common import (
 from fast_core.cli.dashboard import Background
 from fast_core.cli.dashboard.server import DEFAULT_PORT
 from fast_core.cli.job_bar import JobBar
-from fast_core.cli.launch import EXITS, Job, bad_exits, first_exit, python_target, run_job
+from fast_core.cli.launch import EXITS, Job, bad_exits, exit_status, first_exit, python_target, run_job
 from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
 from fast_core.cli.summary import summarize
 from fast_core.config.current import run_config
@@ -504,8 +504,7 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     every_lost = len({e["rank"] for e in endings}) >= job.workers and not (replaced and finished)
     if every_lost:  # mpiexec says 0 under ULFM even then
         first = endings[0]
-        ended = first["status"] or 0  # None: a loss no guard recorded
-        status = 128 - ended if ended < 0 else ended or 1
+        status = exit_status(first["status"] or 0) or 1  # None: a loss no guard recorded
         line = f"every one of the {job.workers} ranks was lost: " + "; ".join(rank_text(e) for e in endings)
         return status, {"lost": first, "lost_ranks": endings, "survived": False}, [line]
     ending = {"lost_ranks": endings, "survived": True, "replaced": replaced}
