@@ -24,8 +24,8 @@ from mpirun import TESTS, run_mpi
 from training import CLASSES, FEATURES, batch, task
 
 from fast_core import LocalCluster, Worker
+from fast_core.cli.endings import lost_rank, lost_text
 from fast_core.cli.launch import GUARD, descendants, first_exit
-from fast_core.cli.run import lost_rank, lost_text
 from fast_core.errors import PeerTimeout
 from fast_core.model.numpy_model import SGD, SoftmaxRegression
 from fast_core.observers.runlog import read_run

@@ -24,8 +24,9 @@ import fast_core
 import fast_core.engine.mpi as mpi_module
 from fast_core import ConfigError
 from fast_core.cli import launch
+from fast_core.cli.endings import job_ending
 from fast_core.cli.launch import Job, find_ulfm_mpiexec, ulfm_missing
-from fast_core.cli.run import job_ending, launch_variables
+from fast_core.cli.run import launch_variables
 from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
 from fast_core.runtime import process

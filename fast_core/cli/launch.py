@@ -422,10 +422,23 @@ def run_job(job: Job, grace: float = 10.0, log: Path | None = None, echo: bool =
         return 128 + stop.signal
     if job.aborted is not None:  # what MPI_Abort would have returned
         return int(job.aborted["status"])
-    if job.unstartable is not None:  # as the lost rank ended
-        ended = int(job.unstartable["status"])
-        return 128 - ended if ended < 0 else ended or 1
-    return 128 - proc.returncode if proc.returncode < 0 else proc.returncode
+    if job.unstartable is not None:  # as the lost rank ended (never 0: it was lost)
+        return exit_status(int(job.unstartable["status"])) or 1
+    return exit_status(proc.returncode)
+
+
+def exit_status(returncode: int) -> int:
+    """A process's ending as the shell says it: ``returncode`` as Popen and the guards' records give it (-N when
+    signal N ended the process) becomes 128 + N; a status of the process's own stays as it is."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _stop(proc: subprocess.Popen, stop: _Stop, grace: float) -> None:
+    """The launcher's own stop of the job (a rank aborted or unstartable under ULFM): SIGTERM to mpiexec, then
+    ``run_job``'s loop kills every process of the job seen now if it has not ended within ``grace`` seconds."""
+    stop.deadline = time.monotonic() + grace
+    stop.seen |= descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
 
 
 def _end_aborted(job: Job, proc: subprocess.Popen, stop: _Stop, grace: float) -> dict | None:
@@ -433,9 +446,7 @@ def _end_aborted(job: Job, proc: subprocess.Popen, stop: _Stop, grace: float) ->
     with a nonzero status of its own, as MPI_Abort does elsewhere; that rank's record, or None."""
     aborted = first_abort(job.exits) if job.exits is not None else None
     if aborted is not None:
-        stop.deadline = time.monotonic() + grace
-        stop.seen |= descendants(proc.pid)
-        proc.send_signal(signal.SIGTERM)
+        _stop(proc, stop, grace)
     return aborted
 
 
@@ -458,8 +469,6 @@ def _end_unstartable(
             suspects.pop(ended["pid"], None)
             continue
         if now - suspects.setdefault(ended["pid"], now) >= UNSTARTABLE_SECONDS:
-            stop.deadline = now + grace
-            stop.seen |= descendants(proc.pid)
-            proc.send_signal(signal.SIGTERM)
+            _stop(proc, stop, grace)
             return ended
     return None

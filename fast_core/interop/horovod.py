@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from fast_core.engine.collectives import (
     gather_texts,
     sum_arrays,
 )
+from fast_core.interop import nested
 from fast_core.runtime.process import init as _start
 from fast_core.runtime.process import local_rank, local_size, rank, size
 from fast_core.strategies import AllReduce, Strategy
@@ -183,6 +185,33 @@ def reduce_min_max(values: np.ndarray, op: ReduceOp, engine: Engine) -> np.ndarr
     return flat.reshape(values.shape)
 
 
+def reduce_arrays(arrays: Sequence[np.ndarray], op: ReduceOp | None, engine: Engine) -> list[np.ndarray]:
+    """Horovod's reduction ``op`` over ranks of each array, each returned in its own dtype and shape: Average and
+    Sum as one float64 message for all arrays (``average_arrays``, ``sum_arrays``), Min and Max one per array
+    (``reduce_min_max``). Written once so that every Horovod call on arrays (``reducescatter``, ``allreduce`` inside
+    ``tf.function``, ``DistributedGradientTape``) maps the operations alike; ``op`` is read by ``resolve_op`` (None:
+    Average; Adasum and Product are refused there, with what to use instead)."""
+    op = resolve_op(op)
+    if op is Average:
+        return average_arrays(arrays, engine)
+    if op is Sum:
+        return sum_arrays(arrays, engine)
+    return [np.asarray(reduce_min_max(a, op, engine), dtype=np.asarray(a).dtype) for a in arrays]
+
+
+def reduce_tensor(tensor: Any, op: ReduceOp, tensors: nested.Tensors, engine: Engine) -> Any:
+    """Horovod's ``allreduce`` of one of an adapter's tensors (``tensors``: how it crosses to NumPy and back), as a
+    tensor like it. The mean and the sum are the adapter's own ``average`` and ``sum`` (``nested``), because they
+    also check that every rank passes the same shape and dtype and refuse the mean of an integer tensor; Min and Max
+    are ``reduce_arrays`` of its host copy (``reduce_min_max`` checks the shapes)."""
+    if op is Average:
+        return nested.average(tensor, tensors, engine)
+    if op is Sum:
+        return nested.total(tensor, tensors, engine)
+    (reduced,) = reduce_arrays([tensors.to_host(tensor)], op, engine)
+    return tensors.back(tensor, reduced)
+
+
 def mpi_enabled() -> bool:
     """True: FAST's collectives run over MPI (mpi4py) or its in-process engine."""
     return True
@@ -225,7 +254,7 @@ def reducescatter_array(array: np.ndarray, op: ReduceOp, engine: Engine) -> np.n
     array = np.asarray(array)
     if array.ndim == 0:
         raise ValueError("reducescatter() splits the first dimension: give a tensor of at least one dimension")
-    (reduced,) = (average_arrays if op is Average else sum_arrays)([array], engine)
+    (reduced,) = reduce_arrays([array], op, engine)
     counts = scatter_counts(array.shape[0], engine.size)
     start = sum(counts[: engine.rank])
     return reduced[start : start + counts[engine.rank]].copy()

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 
 from fast_core import Engine
-from fast_core.engine.collectives import average_arrays, broadcast_arrays, sum_arrays
+from fast_core.engine.collectives import broadcast_arrays
 from fast_core.interop import horovod
 from fast_core.runtime.process import init as default_engine
 
@@ -39,23 +39,10 @@ def allreduce(
     if prescale_factor != 1.0:
         tensor = tensor * prescale_factor
     if in_graph():  # inside tf.function: the host collective as a graph op
-        (reduced,) = on_host([tensor], lambda arrays: _reduce_arrays(arrays, op))
-    elif op is horovod.Average:
-        reduced = collectives.average(tensor, engine=_engine())
-    elif op is horovod.Sum:
-        reduced = collectives.sum(tensor, engine=_engine())
+        (reduced,) = on_host([tensor], lambda arrays: horovod.reduce_arrays(arrays, op, _engine()))
     else:
-        host = horovod.reduce_min_max(keras.ops.convert_to_numpy(tensor), op, _engine())
-        reduced = keras.ops.convert_to_tensor(host, dtype=tensor.dtype)
+        reduced = horovod.reduce_tensor(tensor, op, collectives.KERAS, _engine())
     return reduced * postscale_factor if postscale_factor != 1.0 else reduced
-
-
-def _reduce_arrays(arrays: list[np.ndarray], op: horovod.ReduceOp) -> list[np.ndarray]:
-    if op is horovod.Average:
-        return average_arrays(arrays, _engine())
-    if op is horovod.Sum:
-        return sum_arrays(arrays, _engine())
-    return [np.asarray(horovod.reduce_min_max(a, op, _engine()), dtype=a.dtype) for a in arrays]
 
 
 def allgather(value: Any, name: str | None = None, process_set: Any = horovod.global_process_set) -> Any:

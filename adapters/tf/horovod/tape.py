@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fast_core.engine import Engine
-from fast_core.engine.collectives import average_arrays, broadcast_arrays, sum_arrays
+from fast_core.engine.collectives import broadcast_arrays
 from fast_core.interop import horovod
 from fast_core.runtime.process import init as default_engine
 
@@ -62,8 +62,8 @@ class DistributedGradientTape:
         flat, flat_sources = tf.nest.flatten(grads), tf.nest.flatten(sources)
         pairs = enumerate(zip(flat, flat_sources, strict=True))
         shared = [i for i, (g, source) in pairs if g is not None and id(source) not in self._local]
-        reduce = average_arrays if self._op is horovod.Average else sum_arrays
-        reduced = on_host([tf.convert_to_tensor(flat[i]) for i in shared], lambda arrays: reduce(arrays, self._engine))
+        tensors = [tf.convert_to_tensor(flat[i]) for i in shared]
+        reduced = on_host(tensors, lambda arrays: horovod.reduce_arrays(arrays, self._op, self._engine))
         for i, value in zip(shared, reduced, strict=True):
             flat[i] = value
         return tf.nest.pack_sequence_as(grads, flat)

@@ -40,13 +40,7 @@ def allreduce(
     horovod.check_process_set(process_set)
     _check_tensor(tensor, "allreduce")
     value = tensor * prescale_factor if prescale_factor != 1.0 else tensor
-    if op is horovod.Average:
-        reduced = collectives.average(value, engine=_engine())
-    elif op is horovod.Sum:
-        reduced = collectives.sum(value, engine=_engine())
-    else:
-        host = horovod.reduce_min_max(as_numpy(value), op, _engine())
-        reduced = torch.from_numpy(host).to(device=tensor.device, dtype=tensor.dtype)
+    reduced = horovod.reduce_tensor(value, op, collectives.TORCH, _engine())
     return reduced * postscale_factor if postscale_factor != 1.0 else reduced
 
 
