@@ -29,6 +29,7 @@ import itertools
 import json
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -37,10 +38,14 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from fast_core.config.current import run_config
 from fast_core.engine import Engine
-from fast_core.engine.capabilities import FaultTolerant, group_changes
+from fast_core.engine.capabilities import FaultTolerant, group_changes, world_ranks
 from fast_core.engine.collectives import broadcast_arrays
 from fast_core.errors import FastError, PeerLost
+from fast_core.observers.base import Observers
+from fast_core.observers.events import Closed, Recovered
+from fast_core.runtime.builder import observers_for
 from fast_core.runtime.process import init as process_engine
 from fast_core.runtime.survival import MAX_SHRINKS_IN_A_ROW, reform
 from fast_core.runtime.worker import Worker
@@ -292,6 +297,12 @@ def track(worker: Worker) -> None:
         worker.group.defer_losses = rank.runs > 0
 
 
+def _worked(engine: Engine) -> bool:
+    """Whether a Worker was tracked on ``engine``'s rank (it writes its own run records)."""
+    rank = _ranks.get(engine)
+    return rank is not None and rank.worker is not None
+
+
 def _tracked(engine: Engine) -> Worker | None:
     rank = _ranks.get(engine)
     worker = rank.worker() if rank is not None and rank.worker is not None else None
@@ -338,6 +349,7 @@ def run(func: F) -> F:
             )
         engine = state._engine()
         _say_once(engine)
+        observers = Observers(observers_for(run_config(), world_ranks(engine)[engine.rank], engine.size))
         with _running(engine):
             skip_sync = False
             while True:
@@ -345,23 +357,29 @@ def run(func: F) -> F:
                     if not skip_sync:
                         state.sync()
                     state._changes_seen = group_changes(engine)
-                    return func(state, *args, **kwargs)
+                    result = func(state, *args, **kwargs)
+                    break
                 except PeerLost as error:
                     lost: PeerLost | None = error
                 except HostsUpdatedInterrupt as interrupt:
                     lost, skip_sync = None, interrupt.skip_sync
                 if lost is not None:
-                    _reform(engine, lost)
+                    _reform(engine, lost, observers)
                     state.restore()
                     skip_sync = False
                 state.on_reset()
+        if not _worked(engine):  # no Worker's records say the job ran to its end: tell fast run (a "close" record)
+            observers.announce(Closed(0))
+        return result
 
     return wrapper  # type: ignore[return-value]
 
 
-def _reform(engine: Engine, error: PeerLost) -> None:
+def _reform(engine: Engine, error: PeerLost, observers: Observers) -> None:
     """The group re-formed over the survivors (and the newcomers), by FAST's recovery: through the tracked Worker
-    (its strategy, budget and step), else the engine's shrink; a rank lost meanwhile is survived too."""
+    (its strategy, budget and step; it tells its observers), else the engine's shrink, told to ``observers`` (under
+    fast run, a "membership" record); a rank lost meanwhile is survived too."""
+    detected = time.time()
     for attempt in itertools.count():
         worker = _tracked(engine)
         try:
@@ -374,6 +392,7 @@ def _reform(engine: Engine, error: PeerLost) -> None:
         except PeerLost as again:
             error = again
             continue
+        observers.announce(Recovered(0, change.lost, change.replaced, engine.size, detected, time.time()))
         if engine.rank == 0:
             replaced = f", new processes took over {list(change.replaced)}" if change.replaced else ""
             log.warning(
