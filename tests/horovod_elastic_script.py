@@ -3,11 +3,12 @@
     fast run --fault-tolerant [--max-restarts K] -n 4 tests/horovod_elastic_script.py OUT [RANK@EPOCH.BATCH]
 
 Linear regression by mini-batch SGD in an ``hvd.elastic.ObjectState`` (the weights an array, the epoch and batch
-numbers plain values), committed every BATCHES_PER_COMMIT batches. Each step's global batch (fixed rows, split over the ranks) is
-reduced exactly (the sum of the gradients and of the row counts over ranks), so the weights after EPOCHS epochs do
-not depend on how many ranks trained, only on every step being applied once: ``reference()`` computes them in one
-process. Rank RANK (a launch number) kills itself with SIGKILL at the start of that batch, once (a replacement
-started by ``--max-restarts`` does not die again). Every rank that finishes writes ``OUT/rank<launch number>.json``.
+numbers plain values), committed every BATCHES_PER_COMMIT batches. Each step's global batch (fixed rows, split over
+the ranks) is reduced exactly (the sum of the gradients and of the row counts over ranks), so the weights after
+EPOCHS epochs do not depend on how many ranks trained, only on every step being applied once: ``reference()``
+computes them in one process. Rank RANK (a launch number) kills itself with SIGKILL at the start of that batch,
+once (a replacement started by ``--max-restarts`` does not die again). Every rank that finishes writes
+``OUT/rank<launch number>.json``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import horovod_elastic_script as script
 import numpy as np
-import pytest
 from fast_cli import FAST
 from test_survival_mpi import PYTHON, pytestmark  # noqa: F401 - the same ULFM check, skip and marks
 
