@@ -59,4 +59,4 @@ def train(state: hvd.elastic.KerasState) -> None:
 train(state)
 accuracy = float(np.mean(np.argmax(model.predict(x_test, verbose=0), axis=1) == y_test))
 total = float(sum(np.sum(np.asarray(w, dtype=np.float64)) for w in model.get_weights()))
-print(json.dumps({"rank": hvd.rank(), "epochs": state.epoch, "accuracy": accuracy, "weights": total}), flush=True)
+print(json.dumps({"rank": hvd.rank(), "epochs": state.epoch, "accuracy": accuracy, "params": total}), flush=True)
