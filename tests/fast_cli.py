@@ -81,3 +81,18 @@ def check_fixed_straggler(bench_dir: Path, labels: list[str], rank: int) -> floa
             else:
                 assert "straggler_slept" not in close
     return info["straggler_seconds"]
+
+
+def check_elastic_example(script: Path, run_dir: Path, epochs: int, accuracy: float = 0.85) -> None:
+    """``fast run -n 2 script`` of a Horovod elastic example in shape (tests/*/horovod*_elastic_script.py) succeeds,
+    and each rank's JSON line says it trained ``epochs`` epochs to the same parameters, above ``accuracy``."""
+    import json
+    import re
+
+    done = fast("run", "-n", "2", "--no-progress", "--run-dir", str(run_dir), str(script), timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [json.loads(line) for line in re.findall(r"^\[\d\] (\{.*\})$", done.stdout, re.M)]
+    assert sorted(line["rank"] for line in lines) == [0, 1], done.stdout
+    assert {line["epochs"] for line in lines} == {epochs}
+    assert len({line["params"] for line in lines}) == 1  # all-reduce replicas, started from rank 0's sync
+    assert lines[0]["accuracy"] > accuracy, lines  # chance is 0.1

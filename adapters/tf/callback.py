@@ -21,6 +21,7 @@ import numpy as np
 from fast_core import Budget, ConfigError, Engine, Strategy, Worker
 from fast_core.config.current import run_config
 from fast_core.engine.collectives import average_logs, min_max
+from fast_core.interop.elastic import track
 from fast_core.interop.horovod import compressed_strategy
 from fast_core.runtime.process import init
 from fast_core.strategies.spec import resolve_strategy
@@ -159,6 +160,7 @@ class Callback(keras.callbacks.Callback):
             adapter, strategy, engine, log_every=self.log_every, budget=self.budget, tensorboard=self.tensorboard
         )
         self.worker = worker
+        track(worker)  # Horovod's elastic run, if one is in progress, recovers through this fit's worker
         steps = self._check_steps(worker)
         self._configure_gradients(model, adapter, worker.strategy)
         self._grants, self._collective_epochs = None, None

@@ -19,7 +19,16 @@ from collections.abc import Callable
 from fast_core.engine.base import Engine
 from fast_core.errors import PeerFailed
 
-__all__ = ["FaultTolerant", "Metered", "VirtualTime", "count_wait", "fault_tolerance", "joining", "world_ranks"]
+__all__ = [
+    "FaultTolerant",
+    "Metered",
+    "VirtualTime",
+    "count_wait",
+    "fault_tolerance",
+    "group_changes",
+    "joining",
+    "world_ranks",
+]
 
 
 class FaultTolerant(Engine):
@@ -32,6 +41,9 @@ class FaultTolerant(Engine):
     joined: tuple[int, ...] = ()
     """On a process started to replace lost ranks, until its Worker joined the group: the newcomers' launch
     numbers. Empty otherwise."""
+    changes: int = 0
+    """How many times this rank's group changed (each ``shrink``, and each ``grow`` that took newcomers in): a
+    count to compare, for code that must learn of a change someone else survived (Horovod's elastic commit)."""
 
     @property
     @abstractmethod
@@ -93,6 +105,12 @@ def world_ranks(engine: Engine) -> tuple[int, ...]:
     """The rank each current rank had at launch (``FaultTolerant.world_ranks``); an engine that cannot lose a rank
     keeps the launch numbering."""
     return engine.world_ranks if isinstance(engine, FaultTolerant) else tuple(range(engine.size))
+
+
+def group_changes(engine: Engine) -> int:
+    """How many times ``engine``'s group changed (``FaultTolerant.changes``); 0 for an engine that cannot lose a
+    rank."""
+    return engine.changes if isinstance(engine, FaultTolerant) else 0
 
 
 def joining(engine: Engine) -> tuple[int, ...]:

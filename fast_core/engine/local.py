@@ -470,6 +470,7 @@ class FaultTolerantLocalEngine(LocalEngine, FaultTolerant):
         self.cluster, self.rank, self.size = cluster, rank, cluster.size
         self._generation = 0
         self._kind_counts = {}
+        self.changes += 1
         return lost
 
     def _new_cluster(self, timeout: float) -> LocalCluster:

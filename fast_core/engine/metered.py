@@ -213,6 +213,10 @@ class _ForwardsFaultTolerance(FaultTolerant):
     def joined(self, value: tuple[int, ...]) -> None:
         self.inner.joined = value
 
+    @property
+    def changes(self) -> int:  # type: ignore[override]
+        return self.inner.changes
+
 
 class _ForwardsVirtualTime(VirtualTime):
     """A MeteredEngine's VirtualTime part: the inner engine's scheduling hooks."""

@@ -198,6 +198,7 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         self._group = _Group(shrunk)
         self._kind_comms = None
         self._collectives = 0
+        self.changes += 1
         return lost
 
     def _shrink_in_time(self):
@@ -246,6 +247,7 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         self._group = _Group(self.comm)
         self._kind_comms = None
         self._collectives = 0
+        self.changes += 1
         return replacing
 
 

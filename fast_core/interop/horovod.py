@@ -1,7 +1,7 @@
 """What Horovod's API means independently of a framework, written once for ``fast_torch.horovod`` and
 ``fast_tf.horovod``: its reduction operations, its one process set, objects sent as JSON (Horovod pickles them;
 FAST never unpickles a peer's bytes), handles of operations that complete at once, and the names FAST does not
-provide, each with what to use instead.
+provide, each with what to use instead. Horovod's elastic training (``hvd.elastic``) is ``fast_core.interop.elastic``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from fast_core.engine.collectives import (
     gather_texts,
     sum_arrays,
 )
-from fast_core.interop import nested
+from fast_core.interop import (
+    elastic,  # noqa: F401 - hvd.elastic: run, ObjectState (adapters add their states)
+    nested,
+)
 from fast_core.runtime.process import init as _start
 from fast_core.runtime.process import local_rank, local_size, rank, size
 from fast_core.strategies import AllReduce, Strategy
@@ -340,8 +343,6 @@ def synchronize(handle: Handle) -> Any:
 
 
 NOT_PROVIDED = {
-    "elastic": "elastic training: use `fast run --fault-tolerant --max-restarts K`, which survives and replaces lost "
-    "ranks",
     "ProcessSet": "process sets: every collective runs over all ranks",
     "add_process_set": "process sets: every collective runs over all ranks",
     "remove_process_set": "process sets: every collective runs over all ranks",

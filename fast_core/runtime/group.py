@@ -39,6 +39,10 @@ class Group:
         self._change: GroupChange | None = None  # a loss survived, its consensus point still to come
         self._unstarted: list[Recovered] = []  # ranks lost during the start, announced once it is
         self._detected = 0.0
+        self.defer_losses = False
+        """Set while Horovod's elastic run owns recovery (``fast_core.interop.elastic``): a rank lost in a strategy's
+        hook is not survived there; its PeerLost ends the step and reaches the run loop, which calls ``recover`` and
+        goes back to the last commit."""
 
     # what scripts use ---------------------------------------------------------------------------------------------
     def collective(self, action: Callable[[], T]) -> T:
@@ -81,7 +85,16 @@ class Group:
         try:
             hook()
         except PeerLost as error:
+            if self.defer_losses:
+                raise
             self._lost(error, 0)
+
+    def recover(self, error: PeerLost, attempt: int = 0) -> None:
+        """Survive ``error``, raised outside this group's own calls (Horovod's elastic run: a script's collective, or
+        a hook under ``defer_losses``), at once: the recovery ``collective`` runs, ending at the consensus point.
+        ``attempt``: losses survived back to back before this one."""
+        self._lost(error, attempt)
+        self.state.step = self._recover(self.state.step)
 
     def end_step(self, next_step: int) -> int:
         """The step to run next: ``next_step``, or after a loss in this step the group's consensus point's."""

@@ -80,17 +80,32 @@ def survive(state: RecoveryState, error: PeerLost) -> GroupChange:
     """Steps 1, 2 and the budget's part of 4 on this survivor (collective over the survivors, and the replacements
     if any are started); ``resync`` does the rest, at once or at the end of the step in progress."""
     engine = fault_tolerance(state.engine)
-    old_world, old_size = engine.world_ranks, engine.size
-    log.warning("rank %d (launched as %d): %s", engine.rank, old_world[engine.rank], error)
+    log.warning("rank %d (launched as %d): %s", engine.rank, engine.world_ranks[engine.rank], error)
     state.strategy.abandon(state.context)
     if state.allowance is not None:
         state.allowance.abandon()
+    change = _shrink_and_grow(engine)
+    _regroup(state, change, member=True)
+    return change
+
+
+def reform(engine: Engine, error: PeerLost) -> GroupChange:
+    """Step 2 alone, for a job with no Worker to recover (Horovod's elastic run over a script's own collectives,
+    ``fast_core.interop.elastic``): the survivors shrink the group (collective) and, while restarts are left, take
+    in new processes for the lost ranks."""
+    engine = fault_tolerance(engine)
+    log.warning("rank %d (launched as %d): %s", engine.rank, engine.world_ranks[engine.rank], error)
+    return _shrink_and_grow(engine)
+
+
+def _shrink_and_grow(engine: FaultTolerant) -> GroupChange:
+    """The survivors agree on who is gone and renumber (``shrink``), then replace lost ranks while restarts are
+    left (``grow``)."""
+    old_world, old_size = engine.world_ranks, engine.size
     lost = engine.shrink()
     kept = tuple(old_world.index(w) for w in engine.world_ranks)
     replaced = engine.grow(lost) if engine.restarts_left else ()
-    change = GroupChange(kept, old_size, lost, engine.size, replaced)
-    _regroup(state, change, member=True)
-    return change
+    return GroupChange(kept, old_size, lost, engine.size, replaced)
 
 
 def leave_behind(state: RecoveryState, error: PeerLost) -> Recovered:

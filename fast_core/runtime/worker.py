@@ -89,6 +89,11 @@ class Worker:
     def step(self, value: int) -> None:  # a checkpoint restores it
         set_step(self.context, value)
 
+    @property
+    def running(self) -> bool:
+        """Started and not closed yet: its steps run the strategy."""
+        return self._started and not self._closed
+
     # training ---------------------------------------------------------------------------------------------------
     def start(self) -> Worker:
         """Check every rank holds the same model and runs the same strategy (one collective), give all the same

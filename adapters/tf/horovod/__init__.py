@@ -8,8 +8,9 @@ the gradients by default, any FAST strategy through ``fast run --strategy``), ``
 ``LearningRateWarmupCallback``, ``LearningRateScheduleCallback``), ``allreduce``/``allgather``/``broadcast``,
 ``broadcast_object`` (JSON), ``Compression``, ``Average``/``Sum``/``Min``/``Max``; for a TensorFlow 2 custom loop
 (``import horovod.tensorflow as hvd``), ``DistributedGradientTape``, ``PartialDistributedGradientTape`` and
-``broadcast_variables``, which like the collectives work inside ``tf.function`` too. What FAST cannot honour raises
-an error that says so.
+``broadcast_variables``, which like the collectives work inside ``tf.function`` too; elastic training
+(``elastic.run``, ``elastic.KerasState``, under ``fast run --fault-tolerant``). What FAST cannot honour raises an
+error that says so.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fast_core.interop.horovod import (
 from fast_core.interop.horovod import __all__ as _common
 
 from ..optimizer import DistributedOptimizer as _FastOptimizer
-from . import callbacks
+from . import callbacks, elastic
 from .ops import allgather, allreduce, alltoall, broadcast, grouped_allreduce, reducescatter
 from .tape import DistributedGradientTape, PartialDistributedGradientTape, broadcast_variables
 
@@ -111,6 +112,7 @@ __all__ = [
     "broadcast",
     "broadcast_variables",
     "callbacks",
+    "elastic",
     "grouped_allreduce",
     "reducescatter",
     "shutdown",

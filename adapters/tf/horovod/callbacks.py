@@ -67,6 +67,13 @@ class BroadcastGlobalVariablesCallback(Callback):
         _active.clear()
 
 
+def finish_step() -> None:
+    """Run now the strategy of the batch that last ran, which the fit's BroadcastGlobalVariablesCallback would run at
+    the next batch's start (Horovod's elastic commit at a batch's end must hold that batch's update)."""
+    if _active:
+        _active[0]._finish_step()
+
+
 class MetricAverageCallback(keras.callbacks.Callback):
     """Average the epoch's logs over ranks, as Horovod's does; put it after BroadcastGlobalVariablesCallback."""
 

@@ -5,8 +5,9 @@
 ``init``, ``rank``, ``size``, ``local_rank``, ``local_size``, ``DistributedOptimizer`` (all-reduce of the
 gradients by default; any FAST strategy through ``fast run --strategy``), ``broadcast_parameters``,
 ``broadcast_optimizer_state``, ``broadcast_object``, ``allreduce``/``allgather``/``broadcast`` of tensors,
-``Compression``, ``Average``/``Sum``/``Min``/``Max``. What FAST cannot honour (Adasum, process sets, elastic
-training, NCCL or Gloo specifics) raises an error that says so and what to use instead.
+``Compression``, ``Average``/``Sum``/``Min``/``Max``, and elastic training (``elastic.run``, ``elastic.TorchState``,
+under ``fast run --fault-tolerant``). What FAST cannot honour (Adasum, process sets, NCCL or Gloo specifics) raises
+an error that says so and what to use instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fast_core.interop.horovod import *  # noqa: F403 - Horovod's names: Average
 from fast_core.interop.horovod import __all__ as _common
 from fast_core.interop.horovod import missing
 
+from . import elastic
 from .compression import Compression
 from .lifecycle import shutdown
 from .ops import (
@@ -67,6 +69,7 @@ __all__ = [
     "broadcast_optimizer_state",
     "broadcast_parameters",
     "alltoall",
+    "elastic",
     "grouped_allreduce",
     "grouped_allreduce_async",
     "reducescatter",

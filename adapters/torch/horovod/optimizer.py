@@ -30,7 +30,7 @@ from fast_core.interop.horovod import (
 )
 from fast_core.runtime.process import init as default_engine
 
-from ..optim_state import optimizer_arrays, optimizer_state
+from ..optim_state import load_optimizer, optimizer_arrays, optimizer_options
 from ..optimizer import DistributedOptimizer as _fast_optimizer
 from ..staging import as_numpy
 from .lifecycle import shutdown_at_exit
@@ -172,9 +172,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     if not 0 <= root_rank < engine.size:
         raise ValueError(f"root_rank {root_rank} is not a rank: give 0 to {engine.size - 1}")
     mine = optimizer_arrays(optimizer)
-    groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    groups = optimizer_options(optimizer)
     layout = {name: [list(a.shape), a.dtype.str] for name, a in mine.items()}
-    text = json.dumps({"layout": layout, "groups": groups}, default=_number) if engine.rank == root_rank else ""
+    text = json.dumps({"layout": layout, "groups": groups}) if engine.rank == root_rank else ""
     root = json.loads(engine.broadcast_text(text, root_rank))
     if len(root["groups"]) != len(groups):
         raise ValueError(
@@ -185,12 +185,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     arrays = [_own_or_zeros(mine.get(name), shape, dtype) for name, (shape, dtype) in shapes.items()]
     check_same_arrays(arrays, engine, "broadcast_optimizer_state()")
     values = broadcast_arrays(arrays, engine, root_rank)
-    state = optimizer.state_dict()
-    state["state"] = optimizer_state(dict(zip(shapes, values, strict=True)))
-    for group, options in zip(state["param_groups"], root["groups"], strict=True):
-        for key, value in options.items():
-            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
-    optimizer.load_state_dict(state)
+    load_optimizer(optimizer, dict(zip(shapes, values, strict=True)), root["groups"])
 
 
 def _own_or_zeros(own: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -201,9 +196,3 @@ def _own_or_zeros(own: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtyp
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
     return np.asarray(as_numpy(tensor), order="C")
-
-
-def _number(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    raise TypeError(f"an optimizer option of type {type(value).__name__} cannot be sent as JSON")
