@@ -52,6 +52,7 @@ __all__ = [  # what fast_torch.horovod and fast_tf.horovod re-export as Horovod'
     "local_size",
     "mpi_built",
     "mpi_enabled",
+    "mpi_threads_supported",
     "nccl_built",
     "poll",
     "rank",
@@ -224,6 +225,11 @@ def mpi_built() -> bool:
     return True
 
 
+def mpi_threads_supported() -> bool:
+    """Whether this process's MPI granted MPI_THREAD_MULTIPLE (asynchronous strategies need it), as Horovod asks."""
+    return _start().threads_supported
+
+
 def nccl_built() -> bool:
     """False: no NCCL; GPU tensors cross to the host and back."""
     return False
@@ -348,6 +354,10 @@ NOT_PROVIDED = {
     "remove_process_set": "process sets: every collective runs over all ranks",
     "join": "hvd.join(): ranks with uneven data are handled by the adapter's join (fast_torch.join(optimizer))",
     "cross_rank": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
+    "start_timeline": "Horovod's timeline: `fast run --profile` splits each rank's time by phase (docs/cli.md, "
+    "Profile)",
+    "stop_timeline": "Horovod's timeline: `fast run --profile` splits each rank's time by phase (docs/cli.md, "
+    "Profile)",
     "cross_size": "cross_rank/cross_size: use rank()/size() and local_rank()/local_size()",
 }
 

@@ -87,6 +87,13 @@ def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
         hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
     with pytest.raises(AttributeError, match="keras.models.load_model"):
         hvd.load_model  # noqa: B018 - the attribute access is the test
+    with pytest.raises(AttributeError, match="Python ints, constants in a tf.function"):
+        hvd.size_op  # noqa: B018
+    with pytest.raises(AttributeError, match="BatchNormalization's statistics stay each rank's own"):
+        hvd.SyncBatchNormalization  # noqa: B018
+    with pytest.raises(AttributeError, match="fast run --profile"):
+        hvd.stop_timeline  # noqa: B018
+    assert hvd.mpi_threads_supported()
     with pytest.raises(TypeError, match="for lists or dicts of them use fast_tf.average"):
         hvd.allreduce([1.0, 2.0])
     with pytest.raises(ValueError, match="needs hvd.callbacks.BroadcastGlobalVariablesCallback"):

@@ -78,6 +78,11 @@ def check_scatter_alltoall_and_the_rest(rank: int, size: int) -> None:
     assert [g.item() for g in grouped] == [np.mean(range(size)), 1.0]
     hvd.barrier()
     assert (hvd.mpi_built(), hvd.mpi_enabled(), hvd.nccl_built(), hvd.gloo_built()) == (True, True, False, False)
+    assert hvd.mpi_threads_supported()  # mpich's wheel grants MPI_THREAD_MULTIPLE
+    scattered = hvd.synchronize(hvd.reducescatter_async(rows, op=hvd.Sum))
+    np.testing.assert_allclose(scattered.numpy(), total[start : start + counts[rank]])
+    received, came = hvd.synchronize(hvd.alltoall_async(sent, splits=splits))
+    assert received.ravel().tolist() == expected and came.tolist() == [rank + 1] * size
 
 
 def hvd_counts(rows: int, size: int) -> list[int]:

@@ -108,6 +108,8 @@ def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
         hvd.elastic.ElasticSampler  # noqa: B018 - the attribute access is the test
     with pytest.raises(AttributeError, match="Horovod's callbacks are Keras'"):
         hvd.callbacks  # noqa: B018
+    with pytest.raises(AttributeError, match="fast run --profile"):
+        hvd.start_timeline  # noqa: B018
     with pytest.raises(TypeError, match="sends JSON, never a pickle"):
         hvd.broadcast_object({"model": model})
     with pytest.raises(TypeError, match="takes a torch.Tensor"):

@@ -93,6 +93,9 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
 _KERAS_ONLY = {
     "load_model": "load the model with keras.models.load_model and compile it with hvd.DistributedOptimizer",
     "broadcast_global_variables": "use hvd.callbacks.BroadcastGlobalVariablesCallback(0) in fit's callbacks",
+    "SyncBatchNormalization": "no synchronized batch norm: BatchNormalization's statistics stay each rank's own",
+    "size_op": "TensorFlow 1's graph ops: hvd.size() and hvd.rank() are Python ints, constants in a tf.function",
+    "rank_op": "TensorFlow 1's graph ops: hvd.size() and hvd.rank() are Python ints, constants in a tf.function",
 }
 
 

@@ -29,6 +29,7 @@ from .ops import (
     allreduce_async,
     allreduce_async_,
     alltoall,
+    alltoall_async,
     broadcast,
     broadcast_,
     broadcast_async,
@@ -36,6 +37,7 @@ from .ops import (
     grouped_allreduce,
     grouped_allreduce_async,
     reducescatter,
+    reducescatter_async,
 )
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 
@@ -69,9 +71,11 @@ __all__ = [
     "broadcast_optimizer_state",
     "broadcast_parameters",
     "alltoall",
+    "alltoall_async",
     "elastic",
     "grouped_allreduce",
     "grouped_allreduce_async",
     "reducescatter",
+    "reducescatter_async",
     "shutdown",
 ]

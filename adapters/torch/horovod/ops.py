@@ -130,6 +130,14 @@ def broadcast_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.
     return horovod.Handle(broadcast(tensor, *args, **kwargs))
 
 
+def reducescatter_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(reducescatter(tensor, *args, **kwargs))
+
+
+def alltoall_async(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
+    return horovod.Handle(alltoall(tensor, *args, **kwargs))
+
+
 def broadcast_async_(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> horovod.Handle:
     return horovod.Handle(broadcast_(tensor, *args, **kwargs))
 
