@@ -93,6 +93,20 @@ def test_the_documented_horovod_example_learns(command: list[str]) -> None:
     assert len(accuracies) == epochs and accuracies[-1] > (60.0 if epochs > 1 else 30.0), done.stdout
 
 
+@pytest.mark.mpi
+def test_horovods_synthetic_benchmark_runs_with_its_import_changed() -> None:
+    """ResNet-18 (11.7M parameters) on 32x32 images, its gradients all-reduced in fp16 messages: 2 ranks."""
+    sizes = "--model resnet18 --batch-size 4 --image-size 32 --num-warmup-batches 1 --num-batches-per-iter 2"
+    module = "fast_examples.horovod_torch_synthetic_benchmark"
+    done = fast("run", "-n", "2", "-m", module, *sizes.split(), "--num-iters", "3", "--fp16-allreduce", timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    iterations = re.findall(r"Iter #(\d+): ([0-9.]+) img/sec per CPU", done.stdout)
+    assert [int(i) for i, _ in iterations] == [0, 1, 2] and all(float(r) > 0 for _, r in iterations)
+    job = float(re.search(r"Job img/sec on 2 CPU\(s\): ([0-9.]+)", done.stdout).group(1))
+    per_rank = float(re.search(r"Img/sec per CPU: ([0-9.]+)", done.stdout).group(1))
+    assert 0 < job <= 2.2 * per_rank, done.stdout  # the job's rate: never more than the ranks' rates summed
+
+
 def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
