@@ -141,13 +141,21 @@ def check_optimizer_options(op: ReduceOp, gradient_predivide_factor: float, back
         raise ValueError(f"backward_passes_per_step must be a positive integer, got {backward_passes_per_step!r}")
 
 
+RING_CODECS = ("fp16", "bf16", "int8")
+"""FAST's codecs that all-reduce's ring sums through (``AllReduce(compress=...)``), accepted by name as
+``compression=`` beside Horovod's two compressors."""
+
+
 def compression_wire(compression: Any) -> str:
-    """"none" or "fp16" for Horovod's two compressors (their classes carry ``wire``); anything else raises."""
+    """"none" or a codec of ``RING_CODECS``: Horovod's two compressors (their classes carry ``wire``) or one of
+    FAST's codecs by name ("bf16", "int8"); anything else raises."""
     wire = "none" if compression is None else getattr(compression, "wire", None)
-    if wire not in ("none", "fp16"):
+    if wire is None and isinstance(compression, str):
+        wire = compression
+    if wire not in ("none", *RING_CODECS):
         raise ValueError(
-            f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, the "
-            "compressors FAST accepts"
+            f"compression={compression!r} is not one of hvd.Compression.none or hvd.Compression.fp16, or one of "
+            f"FAST's all-reduce codecs by name: {', '.join(repr(c) for c in RING_CODECS[1:])}"
         )
     return wire
 
@@ -155,27 +163,34 @@ def compression_wire(compression: Any) -> str:
 def check_compression(compression: Any, engine: Engine) -> None:
     """Accept Horovod's two compressors where FAST sends the tensor as it is (a metric's all-reduce, Keras'
     optimizer, whose strategy the callback chooses): fp16 is said once, on rank 0."""
-    if compression_wire(compression) == "fp16" and engine.rank == 0:
+    wire = compression_wire(compression)
+    if wire != "none" and engine.rank == 0:
         log.warning(
-            "compression=hvd.Compression.fp16 is accepted, but this tensor is sent uncompressed (for the gradients "
-            "of a Keras model, run the strategy allreduce:compress=fp16: fast run --strategy allreduce:compress=fp16)"
+            "compression %s is accepted, but this tensor is sent uncompressed (for a model's gradients give it to "
+            "DistributedOptimizer, or run the strategy: fast run --strategy allreduce:compress=%s)",
+            wire,
+            wire,
         )
 
 
 def compressed_strategy(compression: Any, strategy: Strategy | str | None, engine: Engine) -> Strategy | str | None:
-    """The strategy of a Horovod DistributedOptimizer given ``compression``: under hvd.Compression.fp16 the
-    default all-reduce becomes ``allreduce:compress=fp16`` (the gradients summed in a ring of fp16 messages, as
-    Horovod does); another strategy is kept as it is, and said once (name ``compress=`` in its string)."""
-    if compression_wire(compression) == "none":
+    """The strategy of a Horovod DistributedOptimizer given ``compression``: under hvd.Compression.fp16 (or a
+    FAST codec by name, "bf16", "int8") the default all-reduce becomes ``allreduce:compress=fp16`` (the gradients
+    summed in a ring of fp16 messages, as Horovod does); another strategy is kept as it is, and said once (name
+    ``compress=`` in its string)."""
+    wire = compression_wire(compression)
+    if wire == "none":
         return strategy
     resolved = resolve_strategy(strategy)
     if type(resolved) is AllReduce and resolved.compress == "none":
-        return AllReduce(compress="fp16")
+        return AllReduce(compress=wire)
     if engine.rank == 0:
         log.warning(
-            "compression=hvd.Compression.fp16 applies to all-reduce; under %s the messages are as its strategy "
-            "string says (e.g. dpsgd:ring,compress=fp16)",
+            "compression %s applies to all-reduce; under %s the messages are as its strategy string says (e.g. "
+            "dpsgd:ring,compress=%s)",
+            wire,
             resolved,
+            wire,
         )
     return resolved
 

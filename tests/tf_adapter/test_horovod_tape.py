@@ -36,5 +36,6 @@ def test_a_horovod_tf2_loop_trains_by_horovods_rule_inside_tf_function(tmp_path:
         assert seen["alltoall_from"] == ([1, 1] if rank == 0 else [2, 2])
         assert seen["grouped"] == [0.5, 1.0] and seen["queries"] == [True, True, False, False, False]
         assert seen["no_input_equal"] and seen["no_input_steps"] == 3  # built in the first step, all 3 steps counted
-        assert seen["compress"] == ["none", "fp16"] and 0.4 < seen["bytes_ratio"] < 0.6  # fp16 gradients: half
+        assert seen["compress"] == ["none", "fp16", "int8"] and 0.4 < seen["bytes_ratio"] < 0.6  # fp16: half
+        assert 0.2 < seen["int8_bytes_ratio"] < 0.45, seen  # int8 by name: a quarter and its scales
     assert (tmp_path / "best.keras").is_file()

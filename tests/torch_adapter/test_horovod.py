@@ -128,8 +128,8 @@ def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
         hvd.broadcast_object({"model": model})
     with pytest.raises(TypeError, match="takes a torch.Tensor"):
         hvd.allreduce(3.0)
-    with pytest.raises(ValueError, match="not one of hvd.Compression.none or hvd.Compression.fp16"):
-        hvd.allreduce(torch.ones(1), compression="int8")
+    with pytest.raises(ValueError, match="not one of hvd.Compression.none or hvd.Compression.fp16, or one of FAST's"):
+        hvd.allreduce(torch.ones(1), compression="zstd")
     with pytest.raises(ValueError, match="give op= or the older average="):
         hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
 
@@ -176,3 +176,7 @@ def test_fp16_compression_sends_the_gradients_through_the_fp16_ring() -> None:
         torch.optim.SGD(other.parameters(), lr=0.1), compression=hvd.Compression.fp16, strategy="dpsgd:ring"
     )
     assert kept.fast_worker.strategy.name == "dpsgd" and kept.fast_worker.strategy.compress == "none"
+    for name in ("bf16", "int8"):  # FAST's own codecs, by name
+        sgd = torch.optim.SGD(torch.nn.Linear(3, 1).parameters(), lr=0.1)
+        by_name = hvd.DistributedOptimizer(sgd, compression=name)
+        assert repr(by_name.fast_worker.strategy) == f"AllReduce(compress={name!r})"
