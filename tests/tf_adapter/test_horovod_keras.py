@@ -100,3 +100,17 @@ def test_what_fast_cannot_honour_is_refused_with_a_reason() -> None:
         model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
         model.compile(loss="mse", optimizer="sgd")
         model.fit(np.zeros((4, 2)), np.zeros((4, 1)), callbacks=[hvd.callbacks.MetricAverageCallback()], verbose=0)
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_momentum_correction_is_said_not_applied_when_the_optimizer_has_momentum(correction: bool, caplog) -> None:
+    import keras
+
+    import fast_tf.horovod as hvd
+
+    model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    warmup = hvd.callbacks.LearningRateWarmupCallback(0.1, warmup_epochs=1, momentum_correction=correction)
+    with caplog.at_level("WARNING", logger="fast_tf"):
+        model.fit(np.zeros((4, 2)), np.zeros((4, 1)), callbacks=[warmup], verbose=0)
+    assert ("momentum_correction=True is not applied" in caplog.text) == correction, caplog.text

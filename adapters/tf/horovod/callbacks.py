@@ -5,12 +5,14 @@ it is where FAST's strategy runs (all-reduce unless ``fast run --strategy`` pick
 from ``root_rank``'s weights, and after the first batch its optimizer state too. ``MetricAverageCallback`` asks it
 to average the epoch's logs over ranks (under a shared budget, only after the epochs every rank finishes). The
 learning-rate callbacks set the optimizer's rate each batch by Horovod's formulas; ``momentum_correction`` is
-accepted and not applied (Keras 3 compiles the momentum into the step). ``BestModelCheckpoint`` saves the best
+accepted and not applied (Keras 3 compiles the momentum into the step): said once, on rank 0, when the optimizer
+has a momentum. ``BestModelCheckpoint`` saves the best
 model on rank 0 alone.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -20,6 +22,8 @@ from fast_core.runtime.process import init as default_engine
 
 from ..callback import Callback
 from ..variables import broadcast_variables
+
+log = logging.getLogger("fast_tf")
 
 _active: list[Callback] = []  # the BroadcastGlobalVariablesCallback of the fit in progress
 
@@ -113,7 +117,18 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.staircase = staircase
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
+        self.momentum_correction = momentum_correction
         self._epoch = 0
+
+    def on_train_begin(self, logs: MutableMapping | None = None) -> None:
+        momentum = getattr(self.model.optimizer, "momentum", 0.0)
+        if self.momentum_correction and momentum and default_engine().rank == 0:  # said, not silently dropped
+            log.warning(
+                "momentum_correction=True is not applied: Keras 3 compiles the optimizer's momentum (%s) into its "
+                "step, so it stays as it is while the learning rate changes (pass momentum_correction=False to "
+                "silence this)",
+                momentum,
+            )
 
     def on_epoch_begin(self, epoch: int, logs: MutableMapping | None = None) -> None:
         self._epoch = epoch
