@@ -139,3 +139,11 @@ def test_run_takes_a_state_and_horovods_names_are_there() -> None:
     assert HorovodInternalError is PeerLost and issubclass(HostsUpdatedInterrupt, Exception)
     assert hvd.elastic.run is run and hvd.elastic.ObjectState is ObjectState
     assert "elastic" not in hvd.NOT_PROVIDED
+
+
+def test_a_listing_that_names_an_object_array_is_refused() -> None:
+    from fast_core.interop.elastic import _plain_dtype
+
+    assert _plain_dtype("<f4", 0) == np.float32
+    with pytest.raises(TypeError, match="rank 3 sent lists an array of Python objects"):
+        _plain_dtype("|O", 3)

@@ -237,6 +237,14 @@ def _sync_root(engine: Engine, held: bool) -> int:
     return int(lowest[0]) % engine.size
 
 
+def _plain_dtype(text: str, root: int) -> np.dtype:
+    """The dtype a peer's listing names, refused when it would hold Python objects (raw bytes into pointers)."""
+    dtype = np.dtype(text)
+    if dtype.hasobject:
+        raise TypeError(f"the elastic state rank {root} sent lists an array of Python objects ({text!r}): refused")
+    return dtype
+
+
 def _broadcast(values: dict[str, Any], engine: Engine, root: int) -> dict[str, Any]:
     """``root``'s values on every rank: the JSON data and a listing of the arrays (names, shapes, dtypes) as one
     text, then the arrays as one raw message (``collectives.broadcast_arrays``)."""
@@ -259,7 +267,7 @@ def _broadcast(values: dict[str, Any], engine: Engine, root: int) -> dict[str, A
         text = json.dumps({"data": data, "arrays": listing}, default=_number)
     header = json.loads(engine.broadcast_text(text, root))
     if engine.rank != root:
-        arrays = [np.empty(shape, dtype=np.dtype(dtype)) for _, _, shape, dtype in header["arrays"]]
+        arrays = [np.empty(shape, dtype=_plain_dtype(dtype, root)) for _, _, shape, dtype in header["arrays"]]
     received = broadcast_arrays(arrays, engine, root)
     out: dict[str, Any] = {
         name: _PartValues(entry["part"]) if "part" in entry else entry["value"]
