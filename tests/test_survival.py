@@ -186,7 +186,10 @@ def test_the_survivors_records_hold_the_membership_change(tmp_path: Path) -> Non
     for rank in (0, 2):
         (change,) = [r for r in records[rank] if r["kind"] == "membership"]
         assert (change["lost"], change["replaced"], change["size"]) == ("1", "", 2)
-        assert change["step"] in (KILL_STEP, KILL_STEP + 1) and change["recovery_seconds"] >= 0
+        # the group goes on from the step after the one where a survivor met the loss: KILL_STEP's exchange, or,
+        # as D-PSGD sends a step's parameters as soon as the step before is mixed, KILL_STEP + 1's when the victim's
+        # step-KILL_STEP messages landed before it was lost (seen on CI's loaded machine: the group went on from 14)
+        assert KILL_STEP <= change["step"] <= KILL_STEP + 2 and change["recovery_seconds"] >= 0
         assert results[rank]["lost"] == [(1,)]
 
 
