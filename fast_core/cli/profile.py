@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fast_core.cli.summary import last
 from fast_core.runtime.time_split import PHASES
 
 PARTS = ("wall", "cpu", "core_wait", "blocked")
@@ -16,9 +17,9 @@ def close_records(ranks: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int,
     """Each rank's last close record that holds a time split (none for a rank that never closed)."""
     found: dict[int, Mapping[str, Any]] = {}
     for rank, records in ranks.items():
-        closes = [r for r in records if r.get("kind") == "close" and r.get("time_wall") is not None]
-        if closes:
-            found[rank] = closes[-1]
+        close = last(list(records), "close")
+        if close is not None and close.get("time_wall") is not None:
+            found[rank] = close
     return found
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 from fast_core.config.run import RunConfig
 from fast_core.engine import Engine, collectives
@@ -198,9 +199,7 @@ class Worker:
         and call ``close()``). Without a budget it always returns ``batch_size``. A claim holds until the step is
         taken: asked again before ``after_step``, it returns the same number. Counted in ``metrics.samples``."""
         self._ensure_started()
-        if self.time_split is None:
-            return self.claims.batch(check_batch_size(batch_size))
-        with self.time_split.during("budget"):
+        with nullcontext() if self.time_split is None else self.time_split.during("budget"):
             return self.claims.batch(check_batch_size(batch_size))
 
     def join(self) -> int:
