@@ -70,12 +70,17 @@ def main() -> None:
     engine = fast_core.init()
     x, y = digits()
     x_train, y_train, x_test, y_test = train_test_split(x, y, test_fraction=0.2, seed=0)
-    x_train, y_train, x_val, y_val = train_test_split(x_train, y_train, test_fraction=0.1, seed=1)
-    if args.shards == "label":
-        mine = shard_by_label(y_train, engine.rank, engine.size)
-    else:
-        mine = shard_indices(len(y_train), engine.rank, engine.size, seed=0, drop_last=True)
-    x_train, y_train = x_train[mine], y_train[mine]
+    x_all, y_all, x_val, y_val = train_test_split(x_train, y_train, test_fraction=0.1, seed=1)
+
+    def my_shard(rank: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's share of the training set in a group of ``size``."""
+        if args.shards == "label":
+            mine = shard_by_label(y_all, rank, size)
+        else:
+            mine = shard_indices(len(y_all), rank, size, seed=0, drop_last=True)
+        return x_all[mine], y_all[mine]
+
+    x_train, y_train = my_shard(engine.rank, engine.size)
     global_epoch = len(y_train) // args.batch_size * args.batch_size * engine.size  # one pass of every rank
 
     config = run_config()
@@ -92,13 +97,17 @@ def main() -> None:
     if engine.rank == 0:
         print(f"{engine.size} workers, strategy {worker.strategy}, {len(y_train)} training digits each")
     steps_per_pass = len(y_train) // args.batch_size
-    # where the job is in the passes over the shards: 0 at the start; a replacement takes up the lost rank's pass
-    first_epoch, skip = divmod(worker.step, steps_per_pass)
-    for epoch in itertools.count(first_epoch):  # this rank's passes over its shard, until the job's budget is spent
+    # where the job is in the passes over the shards: 0 at the start; a newcomer (a replacement, a worker that joined)
+    # takes up the group's pass
+    epoch, skip = divmod(worker.step, steps_per_pass)
+    changes = len(worker.group.recoveries)
+    while True:  # this rank's passes over its shard, until the job's budget is spent
         losses, spent = [], False
         shard_batches = batches(x_train, y_train, args.batch_size, epoch=epoch, seed=engine.rank)
-        for xb, yb in itertools.islice(shard_batches, skip if epoch == first_epoch else 0, None):
-            if worker.step >= (epoch + 1) * steps_per_pass:  # a recovery moved the step on: end the pass here
+        for xb, yb in itertools.islice(shard_batches, skip, None):
+            if len(worker.group.recoveries) != changes:  # the group changed (a rank lost, workers joined): every
+                break  # rank ends its pass here, at the same step
+            if worker.step >= (epoch + 1) * steps_per_pass:
                 break
             n = worker.claim_batch(len(yb))  # the whole batch, fewer on the budget's last grant, 0 once it is spent
             if n == 0:
@@ -109,7 +118,8 @@ def main() -> None:
             model.optimizer_step()
             worker.after_step()
             worker.records.step(loss=losses[-1], samples=n)  # fast run's log and progress bar
-        if losses:  # (lockstep ranks stop at the same step, so they all skip an empty last pass alike)
+        regrouped = len(worker.group.recoveries) != changes
+        if losses and not regrouped:  # (lockstep ranks stop at the same step, so they all skip an empty pass alike)
             loss, spread = epoch_summary(worker, float(np.mean(losses)))  # mean over ranks if synchronous
             worker.records.epoch(loss=loss, val_accuracy=model.accuracy(x_val, y_val))
             if engine.rank == 0 and (epoch % 5 == 4 or spent):
@@ -117,8 +127,14 @@ def main() -> None:
                 print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  consensus distance {spread_text}")
         if spent:
             break
-        if args.checkpoint:  # whole passes only: a resumed job starts at a pass's first batch
+        if args.checkpoint and not regrouped:  # whole passes only: a resumed job starts at a pass's first batch
             checkpoint.save(args.checkpoint, worker)
+        epoch, skip = epoch + 1, 0
+        if regrouped:  # the data is cut again over the new group: this rank's share, and where the group is in it
+            changes = len(worker.group.recoveries)
+            x_train, y_train = my_shard(engine.rank, engine.size)
+            steps_per_pass = len(y_train) // args.batch_size
+            epoch, skip = divmod(worker.step, steps_per_pass)
     worker.close()  # the last messages land; then the consensus model, the average of all ranks' models
     accuracy = model.accuracy(x_test, y_test, worker.group.average_params())
     worker.records.result(test_accuracy=accuracy)

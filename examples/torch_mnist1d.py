@@ -147,8 +147,10 @@ def train(
     if config.run_dir is not None:  # under fast run: the consensus model over time, measured after training
         snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every)
     worker.start()  # collective; a process replacing a lost rank (fast run --max-restarts) joins the job here
-    # where the job is in the passes over the shards: 0 at the start; a replacement takes up the lost rank's pass
-    first_epoch, skip = divmod(worker.step, len(loader))
+    # where the job is in the passes over the shards: 0 at the start; a newcomer (a replacement, a worker that joined)
+    # takes up the group's pass
+    epoch, skip = divmod(worker.step, len(loader))
+    changes = len(worker.group.recoveries)
     step_model = DistributedDataParallel(model) if ddp else model  # DDP averages gradients during backward
     restarts = worker.claims.collective_passes(global_epoch, batch_size)  # FAST's restarts: where every rank takes part
     if verbose and engine.rank == 0:
@@ -157,11 +159,13 @@ def train(
             f"{len(loader) * batch_size} training samples each, {len(val_set[1])} for validation, "
             f"{len(test_set[1])} for testing; budget {_budget_text(worker.claims.budget, global_epoch)}"
         )
-    for epoch in itertools.count(first_epoch):  # this rank's passes over its shard, until the budget is spent
+    while True:  # this rank's passes over its shard, until the budget is spent
         loader.sampler.set_epoch(epoch)
         total, batches, spent = 0.0, 0, False
-        for images, labels in itertools.islice(loader, skip if epoch == first_epoch else 0, None):
-            if worker.step >= (epoch + 1) * len(loader):  # a recovery moved the step on: end the pass with the others
+        for images, labels in itertools.islice(loader, skip, None):
+            if len(worker.group.recoveries) != changes:  # the group changed (a rank lost, workers joined): every
+                break  # rank ends its pass here, at the same step
+            if worker.step >= (epoch + 1) * len(loader):
                 break
             n = worker.claim_batch(len(labels))  # the whole batch, fewer on the job's last grant, 0 once spent
             if n == 0:
@@ -175,7 +179,8 @@ def train(
             total += loss.item()
             batches += 1
             worker.records.step(loss=loss.item(), samples=n)  # fast run's log and progress bar
-        if batches:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
+        regrouped = len(worker.group.recoveries) != changes
+        if batches and not regrouped:  # lockstep ranks stop at the same step, so they all skip an empty pass alike
             mean_loss, spread = epoch_summary(worker, total / batches)  # collective only if lockstep
             val_accuracy = accuracy(model, val_set)
             worker.records.epoch(loss=mean_loss, val_accuracy=val_accuracy)
@@ -186,6 +191,11 @@ def train(
                 print(f"epoch {epoch + 1:3d}  loss {mean_loss:.4f}  consensus distance {spread_text}")
         if spent:
             break
+        epoch, skip = epoch + 1, 0
+        if regrouped:  # the data is cut again over the new group: this rank's share, and where the group is in it
+            changes = len(worker.group.recoveries)
+            loader = fast.shard(TensorDataset(*train_set), batch_size=batch_size, drop_last=True, seed=seed)
+            epoch, skip = divmod(worker.step, len(loader))
     fast.average_model(model)  # closes the worker first (its last messages land), then the consensus model
     test_accuracy = accuracy(model, test_set)
     worker.records.result(test_accuracy=test_accuracy)

@@ -167,7 +167,7 @@ def engines(monkeypatch):
     made = []
 
     def recorder(name):
-        return lambda comm=None, timeout=None, max_restarts=0: made.append((name, comm, timeout)) or name
+        return lambda comm=None, timeout=None, max_restarts=0, max_ranks=0: made.append((name, comm, timeout)) or name
 
     monkeypatch.setattr(mpi_module, "MPIEngine", recorder("MPIEngine"))
     fake_ft = types.ModuleType("fast_core.engine.mpi_ft")

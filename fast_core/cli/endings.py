@@ -12,13 +12,14 @@ from pathlib import Path
 
 from fast_core.cli.launch import EXITS, Job, bad_exits, exit_status, first_exit
 from fast_core.observers.runlog import read_run
+from fast_core.runtime.joins import JOINS
 from fast_core.runtime.startup import STARTING
 from fast_core.runtime.uncaught import ERRORS
 
 
 def clear_endings(run_dir: Path) -> None:
     """Forget a reused run folder's (or the launch before's) guard records, errors and start marks."""
-    for earlier in (EXITS, ERRORS, STARTING):
+    for earlier in (EXITS, ERRORS, STARTING, JOINS):
         shutil.rmtree(run_dir / earlier, ignore_errors=True)
 
 
@@ -102,6 +103,10 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
         line = lost_text(cause, "launcher" if job.aborted is not None else job.kind)
         return status or cause["status"], {"lost": cause, "lost_ranks": [*before, cause], "survived": False}, [line]
     replaced, finished = _replacements(run_dir)
+    if status != 0 and not endings and finished and joined_ranks(run_dir):
+        # Open MPI's launcher ends with status 1 ("LAUNCHER JOB OBJECT NOT FOUND") once ranks spawned workers that
+        # asked to join; every guard recorded a clean exit and the job closed
+        return 0, {"lost_ranks": [], "mpiexec_status": status}, []
     killed = all(e.get("signal") or e.get("unrecorded") for e in endings)
     if status != 0 and endings and replaced and finished and killed:
         # Open MPI's launcher reports a killed rank's status once it spawned replacements; the job finished
@@ -137,6 +142,21 @@ def _replacements(run_dir: Path) -> tuple[list[int], bool]:
     }
     finished = any(record["kind"] == "close" for rank_records in records.values() for record in rank_records)
     return sorted(replaced), finished
+
+
+def joined_ranks(run_dir: Path) -> list[int]:
+    """The launch numbers of workers that joined the job while it ran (the ranks' "membership" records, ``fast run
+    --join``)."""
+    return sorted(
+        {
+            int(number)
+            for rank_records in read_run(run_dir).values()
+            for record in rank_records
+            if record["kind"] == "membership"
+            for number in str(record.get("joined", "")).split(",")
+            if number.strip().isdigit()
+        }
+    )
 
 
 def error_text(cause: dict, errors: list[dict]) -> str:

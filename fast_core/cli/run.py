@@ -30,8 +30,9 @@ from fast_core.cli.common import (
 )
 from fast_core.cli.dashboard import Background
 from fast_core.cli.dashboard.server import DEFAULT_PORT
-from fast_core.cli.endings import clear_endings, error_text, job_ending, rank_text, with_step
+from fast_core.cli.endings import clear_endings, error_text, job_ending, joined_ranks, rank_text, with_step
 from fast_core.cli.job_bar import JobBar
+from fast_core.cli.join import join_job
 from fast_core.cli.launch import EXITS, Job, python_target, run_job
 from fast_core.cli.profile import profile_lines
 from fast_core.cli.slurm import LAUNCHERS, slurm_arguments, slurm_ending
@@ -124,6 +125,21 @@ def add_parser(subparsers) -> None:
         metavar="K",
         help="with --fault-tolerant (implied): start a new process for each of the first K ranks lost; it takes "
         "the survivors' model, step and optimizer state and the lost rank's place (FAST_MAX_RESTARTS)",
+    )
+    parser.add_argument(
+        "--max-ranks",
+        type=whole,
+        default=0,
+        metavar="M",
+        help="with --fault-tolerant (implied): the job may grow to M ranks; `fast run --join RUN_DIR -n K` then asks "
+        "it for K more, which it starts and takes in mid-training (FAST_MAX_RANKS; docs/reliability.md)",
+    )
+    parser.add_argument(
+        "--join",
+        type=Path,
+        metavar="RUN_DIR",
+        help="instead of launching: ask the job running in RUN_DIR (started with --max-ranks) to take -n more workers "
+        "in; waits for its answer (FAST_TIMEOUT seconds at most) and says which ranks joined",
     )
     parser.add_argument(
         "--tensorboard",
@@ -228,9 +244,23 @@ def launch_config(
         progress=progress,
         verbose=args.verbose,
         label=label,
-        fault_tolerant=bool(getattr(args, "fault_tolerant", False) or getattr(args, "max_restarts", 0)),
+        fault_tolerant=bool(
+            getattr(args, "fault_tolerant", False) or getattr(args, "max_restarts", 0) or getattr(args, "max_ranks", 0)
+        ),
         max_restarts=getattr(args, "max_restarts", 0) or 0,
+        max_ranks=_max_ranks(args),
     )
+
+
+def _max_ranks(args: argparse.Namespace) -> int:
+    """``--max-ranks``, checked against the workers launched: a job can only grow from its start."""
+    most = getattr(args, "max_ranks", 0) or 0
+    if most and most <= args.workers:
+        raise CLIError(
+            f"--max-ranks {most} is not above the {args.workers} workers launched: give the most ranks the job may "
+            f"grow to, e.g. --max-ranks {2 * args.workers}"
+        )
+    return most
 
 
 def tensorboard_folder(args: argparse.Namespace) -> Path | None:
@@ -270,6 +300,8 @@ def started(args: argparse.Namespace) -> dict[str, object]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.join is not None:
+        return join_job(args.join, args.workers, run_config().timeout)
     if args.module and not args.target:
         raise CLIError("-m needs a module name, e.g. fast run -n 4 -m fast_examples.numpy_digits")
     target = python_target(None if args.module else args.target, args.target if args.module else None, args.args)
@@ -294,7 +326,7 @@ def main(args: argparse.Namespace) -> int:
         args.hostfile,
         exits=exits,
         fault_tolerant=config.fault_tolerant,
-        spawns=config.max_restarts > 0,
+        spawns=config.max_restarts > 0 or config.max_ranks > 0,
         rank_prefix=rank_prefix() if args.rank_prefix is None else args.rank_prefix,
         redraws=args.rank_bars or ("rank0" if sys.stdout.isatty() and not bar else "none"),
         start_marks=run_dir if config.fault_tolerant else None,
@@ -318,6 +350,8 @@ def main(args: argparse.Namespace) -> int:
         budget_samples=config.budget_samples,
         budget_seconds=config.budget_seconds,
         fault_tolerant=config.fault_tolerant,
+        max_ranks=config.max_ranks,
+        exit_status=None,  # a reused run folder's last ending is not this job's (fast run --join reads it)
         tensorboard=None if config.tensorboard is None else str(config.tensorboard),
     )
     began = time.monotonic()
@@ -343,6 +377,9 @@ def main(args: argparse.Namespace) -> int:
         lines = [error_text(cause, errors), *lines]
     if relaunched:
         ending["relaunched_after"] = relaunched
+    if config.max_ranks and (joined := joined_ranks(run_dir)):
+        ending["joined"] = joined
+        lines.append(f"rank(s) {joined} joined the job while it ran (fast run --join)")
     if args.slurm:  # a node SLURM took from the job while it ran is named
         status = slurm_ending(status, run_dir, before, ending, lines)
     write_run_file(run_dir, exit_status=status, seconds=round(time.monotonic() - began, 3), **ending)

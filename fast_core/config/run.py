@@ -52,6 +52,9 @@ FAULT_TOLERANT_VARIABLE = "FAST_FAULT_TOLERANT"
 with ULFM started by ``mpiexec --with-ft ulfm`` (``fast run --fault-tolerant`` sets both)."""
 MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 """Under FAST_FAULT_TOLERANT: how many lost ranks the job replaces with new processes (``fast run --max-restarts``)."""
+MAX_RANKS_VARIABLE = "FAST_MAX_RANKS"
+"""Under FAST_FAULT_TOLERANT: the most ranks the job may grow to when workers ask to join it (``fast run --max-ranks``,
+``fast run --join``); 0: it never grows."""
 RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
 """0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
 the launcher only."""
@@ -101,6 +104,8 @@ class RunConfig:
     MPI engine."""
     max_restarts: int = 0
     """Lost ranks the fault-tolerant job replaces with new processes (FAST_MAX_RESTARTS); the others go on without."""
+    max_ranks: int = 0
+    """The most ranks the fault-tolerant job may grow to when workers ask to join (FAST_MAX_RANKS); 0: never."""
     heartbeat_fd: int | None = None
     """The pipe this rank beats on for its guard (FAST_HEARTBEAT_FD), or None: no guard watches for a freeze."""
 
@@ -139,6 +144,7 @@ class RunConfig:
             budget_seconds=parse_budget_seconds(text(BUDGET_SECONDS_VARIABLE)),
             fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
             max_restarts=_whole(text(MAX_RESTARTS_VARIABLE), MAX_RESTARTS_VARIABLE, "2", minimum=0) or 0,
+            max_ranks=_whole(text(MAX_RANKS_VARIABLE), MAX_RANKS_VARIABLE, "8", minimum=0) or 0,
             heartbeat_fd=_whole(text(HEARTBEAT_VARIABLE), HEARTBEAT_VARIABLE, "5", minimum=0),
         )
 
@@ -163,6 +169,7 @@ class RunConfig:
             BUDGET_SECONDS_VARIABLE: "" if self.budget_seconds is None else repr(self.budget_seconds),
             FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
             MAX_RESTARTS_VARIABLE: str(self.max_restarts),
+            MAX_RANKS_VARIABLE: str(self.max_ranks),
             HEARTBEAT_VARIABLE: "" if self.heartbeat_fd is None else str(self.heartbeat_fd),
         }
 

@@ -16,15 +16,16 @@ _LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MP
 
 
 def mpi_engine(
-    comm=None, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0
+    comm=None, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0, max_ranks: int = 0
 ) -> Engine:
     """An MPIEngine over ``comm`` (COMM_WORLD by default) waiting ``timeout`` seconds for a peer; imports mpi4py only
     when called.
 
     ``fault_tolerant`` (the run configuration's FAST_FAULT_TOLERANT, which ``fast run --fault-tolerant`` sets): the
-    FaultTolerantMPIEngine instead, which survives a lost rank and replaces up to ``max_restarts`` of them
-    (FAST_MAX_RESTARTS); it needs Open MPI with ULFM started with ``--with-ft ulfm``, and any other MPI is refused on
-    every rank (each is given the same configuration)."""
+    FaultTolerantMPIEngine instead, which survives a lost rank, replaces up to ``max_restarts`` of them
+    (FAST_MAX_RESTARTS) and grows to ``max_ranks`` when workers ask to join (FAST_MAX_RANKS); it needs Open MPI
+    with ULFM started with ``--with-ft ulfm``, and any other MPI is refused on every rank (each is given the same
+    configuration)."""
     if not fault_tolerant:
         from fast_core.engine.mpi import MPIEngine
 
@@ -41,7 +42,7 @@ def mpi_engine(
         )
     from fast_core.engine.mpi_ft import FaultTolerantMPIEngine
 
-    return FaultTolerantMPIEngine(comm, timeout=timeout, max_restarts=max_restarts)
+    return FaultTolerantMPIEngine(comm, timeout=timeout, max_restarts=max_restarts, max_ranks=max_ranks)
 
 
 def ulfm_problem(library_version: str, env: Mapping[str, str]) -> str | None:
@@ -68,7 +69,9 @@ def launched_under_mpi(fault_tolerant: bool = False) -> bool:
     return False
 
 
-def default_engine(timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0) -> Engine:
+def default_engine(
+    timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_restarts: int = 0, max_ranks: int = 0
+) -> Engine:
     """A new engine for this process, from the numbers given (``fast_core.init()`` gives the run configuration's):
     MPI when started by an MPI launcher, else a single local worker.
 
@@ -76,7 +79,9 @@ def default_engine(timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = Fals
     ``fast_core.init()`` instead, which makes this engine once per process and shares it.
     """
     if launched_under_mpi(fault_tolerant):
-        return mpi_engine(timeout=timeout, fault_tolerant=fault_tolerant, max_restarts=max_restarts)
+        return mpi_engine(
+            timeout=timeout, fault_tolerant=fault_tolerant, max_restarts=max_restarts, max_ranks=max_ranks
+        )
     print(
         "fast: not started by an MPI launcher, running as a single worker "
         "(use `mpiexec -n 4 python -m mpi4py script.py` for 4 workers)",

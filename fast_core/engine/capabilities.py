@@ -16,6 +16,8 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 
+import numpy as np
+
 from fast_core.engine.base import Engine
 from fast_core.errors import PeerFailed
 
@@ -58,10 +60,34 @@ class FaultTolerant(Engine):
         group) and return the launch numbers (``world_ranks``) of the ranks lost. Engines made by ``dup`` before
         are abandoned: their owners make new ones."""
 
-    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
-        """Collective over the survivors after ``shrink``: start new processes for (some of) the launch numbers
-        ``replacing`` and take them into the group; returns the numbers replaced. Engines that cannot: none."""
+    max_ranks: int = 0
+    """The most ranks the group may grow to when workers ask to join (``fast run --max-ranks``); 0: it never grows."""
+    _joiners_asked: int = 0
+
+    def grow(self, replacing: tuple[int, ...], adding: int = 0) -> tuple[int, ...]:
+        """Collective over the group after ``shrink``: start new processes for (some of) the launch numbers
+        ``replacing`` (lost ranks, while restarts are left) and ``adding`` more under new launch numbers (workers
+        that asked to join, ``agreed_growth``), and take them into the group, numbered by launch number. Returns
+        the launch numbers the new processes took. Engines that cannot: none."""
         return ()
+
+    def ask_to_grow(self, workers: int) -> None:
+        """On one rank: ask the group to take ``workers`` new processes in. The group is revoked as after a loss, so
+        every rank meets the change at its next call (PeerLost), shrinks (nobody is lost) and agrees on the number
+        (``agreed_growth``) before ``grow``: the one path by which a group changes."""
+        self._joiners_asked = max(self._joiners_asked, workers)
+        self.revoke(f"{workers} worker(s) asked to join")
+
+    def revoke(self, reason: str) -> None:
+        """Revoke the group on every rank (each one's next call raises PeerLost). Engines that cannot grow: no-op."""
+
+    def agreed_growth(self) -> int:
+        """Collective after ``shrink``: how many new processes the group takes in now, the largest number any rank was
+        asked for (``ask_to_grow``) within ``max_ranks``. A lost rank's ask is lost with it."""
+        asked = np.array([self._joiners_asked], dtype=np.int64)
+        self._joiners_asked = 0
+        self.allreduce(asked, op="max", kind="job")
+        return max(0, min(int(asked[0]), self.max_ranks - self.size))
 
 
 class VirtualTime(Engine):

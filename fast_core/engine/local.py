@@ -47,7 +47,9 @@ _REDUCERS = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 class LocalCluster:
     """Shared mailboxes and collectives of ``size`` in-process workers (``fault_tolerant``: see the module)."""
 
-    def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False) -> None:
+    def __init__(
+        self, size: int, timeout: float = DEFAULT_TIMEOUT, fault_tolerant: bool = False, max_ranks: int = 0
+    ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one worker, got size={size}")
         self.size = size
@@ -63,7 +65,9 @@ class LocalCluster:
         self.fault_tolerant = fault_tolerant
         self.members = tuple(range(size))
         """Each rank's launch number (``FaultTolerant.world_ranks``): itself, except in a cluster a shrink made."""
-        self.membership = Membership() if fault_tolerant else None
+        self.membership = Membership(size, max_ranks) if fault_tolerant else None
+        self.born = 0
+        """The job's revocation count when this cluster was made: a later ``revoke`` of its members revokes it."""
         self._shrink: Shrink | None = None
         self._threads: dict[int, int] = {}  # rank -> thread ident under run(): where an awaited rank was, on a timeout
         if self.membership is not None:
@@ -73,7 +77,7 @@ class LocalCluster:
         """A fault-tolerant cluster of this job over ``members`` (launch numbers), sharing its record of losses."""
         assert self.membership is not None, "only a fault-tolerant cluster makes groups"
         cluster = LocalCluster(len(members), timeout, fault_tolerant=True)
-        cluster.members, cluster.membership = members, self.membership
+        cluster.members, cluster.membership, cluster.born = members, self.membership, self.membership.revocations
         self.membership.watch(cluster._cond)
         return cluster
 
@@ -111,7 +115,8 @@ class LocalCluster:
         instead (``lost`` keeps its exception) and the survivors' results are returned, None for lost ranks; only
         when every rank is lost is the first loss's exception re-raised.
         """
-        results: list[Any] = [None] * self.size
+        results: dict[int, Any] = {}
+        threads: list[threading.Thread] = []
 
         def body(rank: int) -> None:
             self._threads[rank] = threading.get_ident()
@@ -120,28 +125,47 @@ class LocalCluster:
             except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
                 self.fail(rank, exc)
 
-        threads = [threading.Thread(target=body, args=(r,), name=f"fast-rank-{r}") for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        def newcomer(engine: FaultTolerantLocalEngine) -> None:
+            launch = engine.world_ranks[engine.rank]
+            try:
+                results[launch] = fn(engine, *args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - a newcomer that raises is lost like any rank
+                assert self.membership is not None
+                self.membership.lose(launch, exc)
+
+        def start_newcomer(engine: FaultTolerantLocalEngine) -> None:  # called by a ``grow``, in a member's thread
+            launch = engine.world_ranks[engine.rank]
+            thread = threading.Thread(target=newcomer, args=(engine,), name=f"fast-rank-{launch}")
+            threads.append(thread)
+            thread.start()
+
         if self.membership is not None:
-            return self._survivors(results)
+            self.membership.start_newcomer = start_newcomer
+        threads.extend(threading.Thread(target=body, args=(r,), name=f"fast-rank-{r}") for r in range(self.size))
+        for t in list(threads):
+            t.start()
+        joined = 0
+        while joined < len(threads):  # a grow may add threads while the first ones run
+            threads[joined].join()
+            joined += 1
+        if self.membership is not None:
+            return self._survivors([results.get(n) for n in range(self.membership.launched)])
         if self.failure is not None:
             rank, exc = self.failure
             if hasattr(exc, "add_note") and not isinstance(exc, PeerFailed):  # Python 3.11+
                 exc.add_note(f"(raised on rank {rank} of a LocalCluster of {self.size}; the other ranks stopped)")
             raise exc
-        return results
+        return [results.get(r) for r in range(self.size)]
 
     def _survivors(self, results: list[Any]) -> list[Any]:
+        """Results by launch number (ranks that joined after the start last), None for lost ranks."""
         lost = self.lost
-        if all(m in lost for m in self.members):
+        if all(m in lost for m in range(len(results))):
             launch, exc = next(iter(lost.items()))
             if hasattr(exc, "add_note") and not isinstance(exc, PeerFailed):
                 exc.add_note(f"(rank {launch} of a LocalCluster of {self.size}, lost first; then every rank was lost)")
             raise exc
-        return [None if m in lost else value for m, value in zip(self.members, results, strict=True)]
+        return [None if m in lost else value for m, value in enumerate(results)]
 
     def fail(self, rank: int, exc: BaseException) -> None:
         if isinstance(exc, PeerTimeout):
@@ -168,7 +192,7 @@ class LocalCluster:
         """Raise when the job cannot go on as it is: PeerFailed after a failure; with ``fault_tolerant``, PeerLost
         when a member of this group is lost (PeerFailed when ``rank`` itself is)."""
         if self.membership is not None:
-            self.membership.check(self.members, None if rank is None else self.members[rank])
+            self.membership.check(self.members, None if rank is None else self.members[rank], self.born)
             return
         if self._parent is not None:
             self._parent.check_alive()
@@ -472,6 +496,40 @@ class FaultTolerantLocalEngine(LocalEngine, FaultTolerant):
         self._kind_counts = {}
         self.changes += 1
         return lost
+
+    @property
+    def max_ranks(self) -> int:  # type: ignore[override]
+        assert self.cluster.membership is not None
+        return self.cluster.membership.max_ranks
+
+    def revoke(self, reason: str) -> None:
+        assert self.cluster.membership is not None
+        self.cluster.membership.revoke(self.cluster.members, f"rank {self.world_ranks[self.rank]}: {reason}")
+
+    def grow(self, replacing: tuple[int, ...], adding: int = 0) -> tuple[int, ...]:
+        """Collective over the group after ``shrink``: ``adding`` new workers, threads running the function the
+        cluster runs (``LocalCluster.run``), take the next launch numbers and join (lost ranks are not replaced
+        in-process: ``restarts_left`` is 0). Returns their launch numbers."""
+        membership = self.cluster.membership
+        assert membership is not None
+        if not adding or membership.start_newcomer is None:
+            return ()
+        grown = None
+        if self.rank == 0:  # one new cluster, made once
+            numbers = tuple(range(membership.launched, membership.launched + adding))
+            membership.launched += adding
+            grown = (numbers, self.cluster.group(tuple(sorted(self.cluster.members + numbers)), self.timeout))
+        numbers, cluster = self._collective(grown, "grow")[0]
+        if self.rank == 0:
+            for number in numbers:
+                engine = cluster.engine(cluster.members.index(number))
+                engine.joined = numbers
+                membership.start_newcomer(engine)
+        self.cluster, self.rank, self.size = cluster, cluster.members.index(self.world_ranks[self.rank]), cluster.size
+        self._generation = 0
+        self._kind_counts = {}
+        self.changes += 1
+        return numbers
 
     def _new_cluster(self, timeout: float) -> LocalCluster:
         """A dup's cluster shares the job's record of losses, so a loss revokes it too."""

@@ -21,12 +21,33 @@ from fast_core.errors import PeerFailed, PeerLost, PeerTimeout
 
 
 class Membership:
-    """The lost ranks of one job (launch number -> the exception that ended it), in the order they were lost."""
+    """The lost ranks of one job (launch number -> the exception that ended it), in the order they were lost, and its
+    growth: the groups revoked for workers that asked to join, and the launch numbers given so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 0, max_ranks: int = 0) -> None:
         self._lock = threading.Lock()
         self._lost: dict[int, BaseException] = {}
         self._conditions: weakref.WeakSet[threading.Condition] = weakref.WeakSet()
+        self.launched = size
+        """Launch numbers given so far: the next one a worker that joins takes."""
+        self.max_ranks = max_ranks
+        """The most ranks a group may grow to (``FaultTolerant.max_ranks``)."""
+        self.revocations = 0
+        """How many groups were revoked with nobody lost (a cluster made before revocation N may be revoked by it)."""
+        self._revoked: list[tuple[int, tuple[int, ...], str]] = []  # (revocation number, members, why)
+        self.start_newcomer: Callable[[Any], None] | None = None
+        """Set by ``LocalCluster.run``: starts a thread running the job's function on a joining rank's engine."""
+
+    def revoke(self, members: tuple[int, ...], reason: str) -> None:
+        """Revoke every cluster of ``members`` made so far, nobody lost (workers asked to join): their operations
+        raise PeerLost until the members shrink, as after a loss."""
+        with self._lock:
+            self.revocations += 1
+            self._revoked.append((self.revocations, members, reason))
+            conditions = list(self._conditions)
+        for condition in conditions:
+            with condition:
+                condition.notify_all()
 
     def watch(self, condition: threading.Condition) -> None:
         """Wake the waiters of ``condition`` (a cluster's) whenever a rank is lost."""
@@ -57,8 +78,15 @@ class Membership:
         with self._lock:
             return tuple(m for m in members if m in self._lost)
 
-    def check(self, members: Sequence[int], me: int | None) -> None:
-        """Raise PeerFailed when ``me`` is lost, PeerLost when a member of the group is; nothing otherwise."""
+    def check(self, members: Sequence[int], me: int | None, born: int = 0) -> None:
+        """Raise PeerFailed when ``me`` is lost, PeerLost when a member of the group is or when the group (a cluster
+        of ``members`` made at revocation ``born``) was revoked since; nothing otherwise."""
+        if self.revocations > born:
+            with self._lock:
+                why = next((r for n, m, r in self._revoked if n > born and m == tuple(members)), None)
+            if why is not None:
+                who = "" if me is None else f"rank {me}: "
+                raise PeerLost(f"{who}the group was revoked ({why}); it changes once every member calls shrink()")
         if not self._lost:
             return
         with self._lock:

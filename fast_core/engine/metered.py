@@ -198,8 +198,21 @@ class _ForwardsFaultTolerance(FaultTolerant):
     def shrink(self) -> tuple[int, ...]:
         return self.inner.shrink()
 
-    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
-        return self.inner.grow(replacing)
+    def grow(self, replacing: tuple[int, ...], adding: int = 0) -> tuple[int, ...]:
+        return self.inner.grow(replacing, adding)
+
+    def ask_to_grow(self, workers: int) -> None:
+        self.inner.ask_to_grow(workers)
+
+    def revoke(self, reason: str) -> None:
+        self.inner.revoke(reason)
+
+    def agreed_growth(self) -> int:
+        return self.inner.agreed_growth()
+
+    @property
+    def max_ranks(self) -> int:  # type: ignore[override]
+        return self.inner.max_ranks
 
     @property
     def restarts_left(self) -> int:  # type: ignore[override]

@@ -81,6 +81,7 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         comm=None,
         timeout: float = DEFAULT_TIMEOUT,
         max_restarts: int = 0,
+        max_ranks: int = 0,
         *,
         _group: _Group | None = None,
         _world: tuple[int, ...] | None = None,
@@ -92,18 +93,22 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         self.joined: tuple[int, ...] = ()
         """On a process spawned to replace lost ranks, until its Worker has joined: the launch numbers of the
         group's newcomers (it is one of them). Empty otherwise."""
+        self.max_ranks = max_ranks
         world = _world
+        self.launched = 0
+        """Launch numbers given so far (the job's start, and every ``grow`` that added ranks): the next new one."""
         if comm is None:
             MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)  # duplicates inherit it
             parent = MPI.Comm.Get_parent()
-            if parent != MPI.COMM_NULL:  # spawned by ``grow``: join the survivors
-                comm, world, self.joined, self.restarts_left = _join_survivors(MPI, parent)
+            if parent != MPI.COMM_NULL:  # spawned by ``grow``: join the group
+                comm, world, self.joined, self.restarts_left, self.launched = _join_survivors(MPI, parent)
             else:
                 comm = MPI.COMM_WORLD.Dup()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         super().__init__(comm, timeout)
         self._group = _group if _group is not None else _Group(comm)
         self._world = world if world is not None else tuple(range(self.size))
+        self.launched = max(self.launched, max(self._world) + 1)
         self._scratch: dict[tuple[int, str], np.ndarray] = {}
 
     @property
@@ -121,13 +126,17 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         if exc.Get_error_class() not in lost_classes:
             return super()._failure(exc, text)
         if exc.Get_error_class() == MPI.ERR_REVOKED:  # not a sign that this call's peer died
-            text = text.split(" failed in MPI")[0] + " was stopped: a rank found a lost rank and revoked the group"
+            text = text.split(" failed in MPI")[0] + " was stopped: a rank revoked the group (a rank lost, or workers "
+            text += "joining)"
         self._group.revoke(text)
         return PeerLost(f"{text}; the survivors shrink the group and go on")
 
+    def revoke(self, reason: str) -> None:
+        self._group.revoke(f"rank {self.rank}: {reason}")
+
     def check_alive(self) -> None:
         if self._group.lost:
-            raise PeerLost(f"rank {self.rank}: the group lost a rank ({self._group.reason})")
+            raise PeerLost(f"rank {self.rank}: the group was revoked ({self._group.reason})")
 
     def dup(self, timeout: float | None = None) -> FaultTolerantMPIEngine:
         self.check_alive()
@@ -206,19 +215,21 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
         (stuck, or frozen by SIGSTOP: ULFM declares only dead processes failed) ends the job with a PeerTimeout."""
         return _in_time(self.comm.Shrink, self.timeout + SHRINK_GRACE, f"rank {self.rank}: shrinking the group")
 
-    def grow(self, replacing: tuple[int, ...]) -> tuple[int, ...]:
-        """Collective over the survivors after ``shrink``: start one new process per launch number in ``replacing``
-        (MPI_Comm_spawn of the command line that started this one, in its folder), merge them into the group and
-        number the group by launch number again, so a newcomer takes a lost rank's place (its number, its shard of
-        the data, its place in the topology). Returns the launch numbers replaced (none if spawning failed: the
-        survivors then go on as they are, and it is logged)."""
+    def grow(self, replacing: tuple[int, ...], adding: int = 0) -> tuple[int, ...]:
+        """Collective over the group after ``shrink``: start one new process per launch number in ``replacing``
+        (while restarts are left) and ``adding`` more under new launch numbers (MPI_Comm_spawn of the command line
+        that started this one, in its folder), merge them into the group and number the group by launch number
+        again, so a replacement takes a lost rank's place (its number, its shard of the data, its place in the
+        topology) and an added worker the next number. Returns the launch numbers taken (none if spawning failed:
+        the group then goes on as it is, and it is logged)."""
         MPI = self._MPI
         replacing = tuple(replacing[: self.restarts_left])
-        if not replacing:
+        numbers = replacing + tuple(range(self.launched, self.launched + adding))
+        if not numbers:
             return ()
         info = MPI.Info.Create()
         info.Set("wdir", os.getcwd())
-        commands = replacement_commands(replacing)
+        commands = replacement_commands(numbers)
         try:
             inter = _in_time(
                 lambda: self.comm.Spawn_multiple(
@@ -229,26 +240,29 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
                     root=0,
                 ),
                 self.timeout + SHRINK_GRACE,
-                f"rank {self.rank}: starting {len(replacing)} replacement(s)",
+                f"rank {self.rank}: starting {len(numbers)} new process(es)",
             )
         except FastError as exc:
-            log.warning("%s; the survivors go on without replacements", exc)
+            log.warning("%s; the group goes on without them", exc)
             return ()
         finally:
             info.Free()
         inter.Set_errhandler(MPI.ERRORS_RETURN)
         merged = _in_time(
-            lambda: inter.Merge(high=False), self.timeout + SHRINK_GRACE, f"rank {self.rank}: taking in replacements"
+            lambda: inter.Merge(high=False), self.timeout + SHRINK_GRACE, f"rank {self.rank}: taking in new processes"
         )
         self.restarts_left -= len(replacing)
-        header = np.array([len(self._world), len(replacing), self.restarts_left, *self._world, *replacing], np.int64)
+        self.launched += adding
+        header = np.array(
+            [len(self._world), len(numbers), self.restarts_left, self.launched, *self._world, *numbers], np.int64
+        )
         self.comm, self._world = _renumber(MPI, merged, header)
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self._group = _Group(self.comm)
         self._kind_comms = None
         self._collectives = 0
         self.changes += 1
-        return replacing
+        return numbers
 
 
 def replacement_commands(replacing: tuple[int, ...]) -> list[list[str]]:
@@ -258,6 +272,10 @@ def replacement_commands(replacing: tuple[int, ...]) -> list[list[str]]:
     if guard is None:
         return [list(sys.orig_argv) for _ in replacing]
     return [[*guard[:3], f"--rank={number}", *guard[3:], *sys.orig_argv] for number in replacing]
+
+
+HEADER = 4
+"""What ``grow``'s header holds before the launch numbers: members, newcomers, restarts left, numbers given."""
 
 
 def _renumber(MPI, merged, header: np.ndarray | None) -> tuple[object, tuple[int, ...]]:
@@ -270,16 +288,16 @@ def _renumber(MPI, merged, header: np.ndarray | None) -> tuple[object, tuple[int
         header = np.empty(int(length[0]), np.int64)
     merged.Bcast(header, root=0)
     survivors, newcomers = int(header[0]), int(header[1])
-    numbers = [int(n) for n in header[3 : 3 + survivors + newcomers]]
+    numbers = [int(n) for n in header[HEADER : HEADER + survivors + newcomers]]
     mine = numbers[merged.Get_rank()]
     comm = merged.Split(0, mine)
     comm.Set_errhandler(MPI.ERRORS_RETURN)
     return comm, tuple(sorted(numbers))
 
 
-def _join_survivors(MPI, parent) -> tuple[object, tuple[int, ...], tuple[int, ...], int]:
-    """A spawned replacement joins the survivors that started it (their ``grow``): its communicator, the group's
-    launch numbers, the newcomers' numbers, and the restarts the job has left."""
+def _join_survivors(MPI, parent) -> tuple[object, tuple[int, ...], tuple[int, ...], int, int]:
+    """A spawned process joins the group that started it (its ``grow``): its communicator, the group's launch
+    numbers, the newcomers' numbers, the restarts the job has left and the launch numbers given so far."""
     parent.Set_errhandler(MPI.ERRORS_RETURN)
     merged = parent.Merge(high=True)
     merged.Set_errhandler(MPI.ERRORS_RETURN)
@@ -287,10 +305,10 @@ def _join_survivors(MPI, parent) -> tuple[object, tuple[int, ...], tuple[int, ..
     merged.Bcast(length, root=0)
     header = np.empty(int(length[0]), np.int64)
     merged.Bcast(header, root=0)
-    survivors, newcomers, restarts = int(header[0]), int(header[1]), int(header[2])
-    numbers = [int(n) for n in header[3 : 3 + survivors + newcomers]]
+    survivors, newcomers, restarts, launched = (int(v) for v in header[:HEADER])
+    numbers = [int(n) for n in header[HEADER : HEADER + survivors + newcomers]]
     comm = merged.Split(0, numbers[merged.Get_rank()])
-    return comm, tuple(sorted(numbers)), tuple(numbers[survivors:]), restarts
+    return comm, tuple(sorted(numbers)), tuple(numbers[survivors:]), restarts, launched
 
 
 def _in_time(call, seconds: float, what: str):

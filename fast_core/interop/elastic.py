@@ -400,7 +400,7 @@ def _reform(engine: Engine, error: PeerLost, observers: Observers) -> None:
         except PeerLost as again:
             error = again
             continue
-        observers.announce(Recovered(0, change.lost, change.replaced, engine.size, detected, time.time()))
+        observers.announce(Recovered(0, change.lost, change.replaced, engine.size, detected, time.time(), change.added))
         if engine.rank == 0:
             replaced = f", new processes took over {list(change.replaced)}" if change.replaced else ""
             log.warning(

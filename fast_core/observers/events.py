@@ -72,7 +72,8 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A loss of ranks survived (a fault-tolerant engine): the group changed and goes on from ``step``."""
+    """A change of the group survived (a fault-tolerant engine): ranks lost, or workers that joined; it goes on from
+    ``step``."""
 
     handler: ClassVar[str] = "on_recovery"
     step: int
@@ -86,12 +87,15 @@ class Recovered:
     """``time.time()`` when this rank learned of the loss (its PeerLost)."""
     recovered_at: float
     """``time.time()`` when it went on training."""
+    joined: tuple[int, ...] = ()
+    """New launch numbers, taken by workers that asked to join the job (``fast run --join``)."""
 
     def as_record(self) -> dict[str, float | int | str]:
         """The run records' "membership" values."""
         return {
             "lost": ",".join(map(str, self.lost)),
             "replaced": ",".join(map(str, self.replaced)),
+            "joined": ",".join(map(str, self.joined)),
             "step": self.step,
             "size": self.size,
             "detected_at": self.detected_at,

@@ -188,6 +188,9 @@ class Allowance:
         self.started = time.monotonic() - float(elapsed[0])
         if self.budget.samples is None:
             return
+        agreed = np.array([self.budget.samples if member else 0], dtype=np.int64)
+        self.engine.allreduce(agreed, op="max")  # a newcomer takes the job's budget, not the one its script made
+        self.budget = replace(self.budget, samples=int(agreed[0]))  # (its shard, so its global epoch, may differ)
         phase = np.array([self._shared is not None, self._steps_left is not None], dtype=np.int64)
         self.engine.allreduce(phase, op="max")
         if phase[0]:

@@ -27,6 +27,7 @@ from fast_core.runtime.budget import Budget
 from fast_core.runtime.claims import Claims
 from fast_core.runtime.clock import ComputeClock
 from fast_core.runtime.group import Group
+from fast_core.runtime.joins import JoinDesk
 from fast_core.runtime.recorder import Recorder
 from fast_core.runtime.survival import RecoveryState
 from fast_core.strategies import Strategy
@@ -76,7 +77,8 @@ def wire(
     context = StepContext(MeteredEngine(engine, metrics), model, metrics)
     clock = ComputeClock()
     chosen = Observers(observers if observers is not None else observers_for(config, engine.rank, engine.size))
-    group = Group(RecoveryState(engine, context, resolved), chosen.announce)
+    desk = JoinDesk.for_job(config.run_dir, engine)
+    group = Group(RecoveryState(engine, context, resolved), chosen.announce, desk)
     claims = Claims(budget if budget is not None else Budget.from_config(config), group)
     records = Recorder(chosen, context, clock)
     return Parts(resolved, metrics, context, clock, chosen, records, group, claims, profile=config.profile)

@@ -30,13 +30,17 @@ def record_consensus_curve(
     are complete, then rank 0 evaluates ``metric()`` (higher is better, e.g. validation accuracy of the model the
     worker trains) with each consensus snapshot loaded into the worker's model, and records each as a "consensus"
     record ``{time, <name>}`` (``worker.records.consensus``). Its model is restored after each evaluation.
-    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``. A job that lost
-    ranks (``fast run --fault-tolerant``) has no curve: the lost ranks' snapshots stop where they died."""
+    Returns the curve on rank 0, [] elsewhere. The snapshot files are removed unless ``keep``. A job whose
+    group changed (``fast run --fault-tolerant``: ranks lost, or joined) has no curve: the snapshots of a lost rank
+    stop where it died, a newcomer's start where it joined."""
     worker.group.collective(worker.engine.barrier)
     recoveries, rank = worker.group.recoveries, worker.engine.rank
     if rank != 0 or recoveries:
         if recoveries and rank == 0:
-            log.warning("no consensus curve: ranks were lost during the run, so their snapshots stop early")
+            log.warning(
+                "no consensus curve: the group changed during the run (ranks lost or joined), so the snapshots do not "
+                "cover every rank at every time"
+            )
         return []
 
     def evaluate(flat: np.ndarray) -> float:

@@ -19,6 +19,7 @@ import numpy as np
 from fast_core.engine import collectives
 from fast_core.errors import PeerLost
 from fast_core.observers.events import Recovered
+from fast_core.runtime.joins import JoinDesk
 from fast_core.runtime.survival import RecoveryState, check_can_survive, join, leave_behind, resync, survive
 from fast_core.strategies.base import GroupChange
 from fast_core.strategies.integrity import finite_average
@@ -31,8 +32,12 @@ class Group:
     """This rank's view of the group, and the one path by which a lost rank is survived (``announce`` tells the
     observers of each recovery)."""
 
-    def __init__(self, state: RecoveryState, announce: Callable[[Recovered], None]) -> None:
+    def __init__(
+        self, state: RecoveryState, announce: Callable[[Recovered], None], desk: JoinDesk | None = None
+    ) -> None:
         self.state = state
+        self.desk = desk
+        """Where rank 0 takes in workers that ask to join (``fast run --join``), when the job may grow."""
         self.recoveries: list[Recovered] = []
         """The losses of ranks this worker survived (a fault-tolerant engine), in order."""
         self._announce = announce
@@ -96,6 +101,12 @@ class Group:
         self._lost(error, attempt)
         self.state.step = self._recover(self.state.step)
 
+    def admit_joiners(self) -> None:
+        """From each step: on rank 0, take workers that asked to join (about once a second); the group's next call
+        then meets the change on every rank, survived as a loss is."""
+        if self.desk is not None:
+            self.desk.poll()
+
     def end_step(self, next_step: int) -> int:
         """The step to run next: ``next_step``, or after a loss in this step the group's consensus point's."""
         return next_step if self._change is None else self._recover(next_step)
@@ -142,9 +153,11 @@ class Group:
                 break
             except PeerLost as error:
                 self._lost(error, attempt)
-        size = self.state.engine.size
-        recovery = Recovered(step, self._change.lost, self._change.replaced, size, self._detected, time.time())
+        size, change = self.state.engine.size, self._change
+        recovery = Recovered(step, change.lost, change.replaced, size, self._detected, time.time(), change.added)
         self._change = None
+        if self.desk is not None and self.state.engine.rank == 0:
+            self.desk.answer(change.added, step)
         self.recoveries.append(recovery)
         self._announce(recovery)
         self._say(recovery)
@@ -152,11 +165,14 @@ class Group:
 
     def _say(self, recovery: Recovered) -> None:
         if self.state.engine.rank == 0:
+            lost = f"lost rank(s) {list(recovery.lost)}; " if recovery.lost else ""
             replaced = f"replaced {list(recovery.replaced)}, " if recovery.replaced else ""
+            joined = f"rank(s) {list(recovery.joined)} joined, " if recovery.joined else ""
             log.warning(
-                "lost rank(s) %s; %s%d rank(s) go on from step %d (recovered in %.2f s)",
-                list(recovery.lost),
+                "%s%s%s%d rank(s) go on from step %d (the group changed in %.2f s)",
+                lost,
                 replaced,
+                joined,
                 recovery.size,
                 recovery.step,
                 recovery.recovered_at - recovery.detected_at,

@@ -38,6 +38,7 @@ def init(timeout: float | None = None) -> Engine:
                 timeout=config.timeout if timeout is None else check_timeout(timeout),
                 fault_tolerant=config.fault_tolerant,
                 max_restarts=config.max_restarts,
+                max_ranks=config.max_ranks,
             )
             if marked:
                 startup.mark_started(config.run_dir)

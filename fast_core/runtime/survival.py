@@ -99,13 +99,17 @@ def reform(engine: Engine, error: PeerLost) -> GroupChange:
 
 
 def _shrink_and_grow(engine: FaultTolerant) -> GroupChange:
-    """The survivors agree on who is gone and renumber (``shrink``), then replace lost ranks while restarts are
-    left (``grow``)."""
+    """The survivors agree on who is gone and renumber (``shrink``; nobody when the group was revoked for workers
+    that asked to join), then start new processes (``grow``): for lost ranks while restarts are left, and for the
+    workers asked for, within ``max_ranks``."""
     old_world, old_size = engine.world_ranks, engine.size
     lost = engine.shrink()
     kept = tuple(old_world.index(w) for w in engine.world_ranks)
-    replaced = engine.grow(lost) if engine.restarts_left else ()
-    return GroupChange(kept, old_size, lost, engine.size, replaced)
+    adding = engine.agreed_growth()
+    newcomers = engine.grow(lost, adding) if (lost and engine.restarts_left) or adding else ()
+    replaced = tuple(n for n in newcomers if n in lost)
+    added = tuple(n for n in newcomers if n not in lost)
+    return GroupChange(kept, old_size, lost, engine.size, replaced, added=added)
 
 
 def leave_behind(state: RecoveryState, error: PeerLost) -> Recovered:
@@ -130,7 +134,7 @@ def join(state: RecoveryState) -> None:
     the same collective steps as the survivors, taking the members' parameters, step and optimizer state (from a
     live rank, not from a file) and its place in the topology and the budget."""
     engine = fault_tolerance(state.engine)
-    change = GroupChange((), 0, (), engine.size, engine.joined)
+    change = GroupChange((), 0, (), engine.size, added=engine.joined)
     _regroup(state, change, member=False)
     state.step = resync(state, change, member=False, next_step=-1)
     engine.joined = ()
@@ -141,7 +145,7 @@ def join(state: RecoveryState) -> None:
 
 def _regroup(state: RecoveryState, change: GroupChange, member: bool) -> None:
     """The part of a change every rank of the new group does at once: the newcomers' check, the budget."""
-    if change.replaced:  # the newcomers run the same script: check it like at the start
+    if change.newcomers:  # the newcomers run the same script: check it like at the start
         state.strategy.heal_topology(change)
         check_same_setup(state.model.layout, canonical_strategy(state.strategy, shared=True), state.engine)
     if state.allowance is not None:
@@ -161,7 +165,7 @@ def resync(state: RecoveryState, change: GroupChange, member: bool, next_step: i
         state.first_step = int(clocks[2])
         change = replace(change, first_step=state.first_step)
     _average_of_members(state, member)
-    if change.replaced:
+    if change.newcomers:
         _give_optimizer_state(state, member)
     state.step = aligned  # the strategy sets up for the step it runs next
     state.strategy.rejoin(state.context, change)

@@ -179,6 +179,7 @@ class Worker:
         self._clock.restart()
 
     def _mix(self) -> None:
+        self.group.admit_joiners()  # rank 0, when workers asked to join: the check below then meets the change
         self.engine.check_alive()  # stop (or survive) at once when another worker was lost, whatever the strategy
         self.strategy.after_step(self.context)
 

@@ -95,21 +95,29 @@ class GroupChange:
     size: int = 0
     """The group's size after the change."""
     replaced: tuple[int, ...] = ()
-    """Launch numbers that new processes took over: the group is numbered by launch number again and the
-    topology is the one the job was launched with (``Engine.grow``)."""
+    """Lost ranks' launch numbers that new processes took over (``fast run --max-restarts``)."""
 
     first_step: int = 0
     """The step the group's training started (or resumed) from."""
+    added: tuple[int, ...] = ()
+    """New launch numbers, taken by workers that asked to join (``fast run --join``)."""
+
+    @property
+    def newcomers(self) -> tuple[int, ...]:
+        """Every launch number a new process took (``FaultTolerant.grow``): the group is numbered by launch number
+        again and the topology is the one the job was launched with, built for the new size."""
+        return self.replaced + self.added
 
     def then(self, later: GroupChange) -> GroupChange:
         """This change followed by ``later`` (a rank lost during the recovery from another), as one change."""
         return GroupChange(
-            tuple(self.kept[i] for i in later.kept) if not later.replaced else later.kept,
+            tuple(self.kept[i] for i in later.kept) if not later.newcomers else later.kept,
             self.old_size,
             self.lost + later.lost,
             later.size,
             tuple(sorted(set(self.replaced + later.replaced))),
             self.first_step,
+            tuple(sorted(set(self.added + later.added))),
         )
 
 
@@ -187,12 +195,12 @@ class Strategy:
     def heal_topology(self, change: GroupChange) -> None:
         """Replace this strategy's topology by the one over the survivors (``fast_core.topology.heal``: the lost
         ranks' neighbours are joined, weights renormalised); also for a strategy not set up yet (a later phase of
-        a Schedule). When replacements filled the group (``change.replaced``), the topology the job was launched
+        a Schedule). When new processes joined the group (``change.newcomers``), the topology the job was launched
         with, built for the group's size. Nothing for strategies without a topology."""
         launch = self.__dict__.setdefault("_launch_topology", getattr(self, "topology", None))
         if launch is None:
             return
-        if change.replaced:  # a ring where the launch topology has no form for this size (a torus of 7)
+        if change.newcomers:  # a ring where the launch topology has no form for this size (a torus of 7)
             self.topology = launch if _buildable(launch, change.size) else "ring"
             return
         built = getattr(self, "_graph", None)

@@ -266,7 +266,7 @@ class DiLoCo(Strategy):
         self._prepare(ctx)
         if not member:
             self.reset(ctx)
-        if self._mix is not None and not change.replaced:
+        if self._mix is not None and not change.newcomers:
             return  # decentralized: each survivor's own theta and momentum go on
         root = np.array([ctx.rank if member else ctx.size], dtype=np.int64)
         ctx.engine.allreduce(root, op="min", kind="job")
