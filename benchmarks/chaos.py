@@ -10,6 +10,8 @@ Faults (``--fault``):
   lost rank; the figure is the time from the kill to `fast run`'s exit.
 - ``freeze``: SIGSTOP one rank (a process frozen is not dead to MPI): the job must end after FAST_TIMEOUT naming
   the frozen rank, with no process left.
+- ``--soak``: one long fault-tolerant job under a fault a minute, of every kind (kill, freeze, NaN, a late joiner),
+  against an undisturbed run (benchmarks/soak.py).
 
     python benchmarks/chaos.py --fault kill --strategies async:torus,adpsgd:ring,allreduce -n 8 --every 30 \\
         --kills 3 --max-restarts 3 --epochs 400 --mpiexec PATH_TO_OPEN_MPI_MPIEXEC
@@ -183,7 +185,18 @@ def main() -> None:
     parser.add_argument("--spare-rank-0", action="store_true", help="never strike rank 0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write every outcome here")
+    soak = parser.add_argument_group("the soak (benchmarks/soak.py): kill, freeze, NaN and late joiners on one job")
+    soak.add_argument("--soak", action="store_true", help="run the soak instead of --fault")
+    soak.add_argument("--minutes", type=float, default=30.0, help="how long faults strike (a fault every --every s)")
+    soak.add_argument("--max-ranks", type=int, default=12, help="the group may grow to this many by late joiners")
+    soak.add_argument("--freeze-timeout", type=float, default=10.0, help="a frozen rank's guard kills it after this")
+    soak.add_argument("--out", type=Path, help="also write the soak's report here (markdown)")
     args = parser.parse_args()
+    if args.soak:
+        import soak
+
+        soak.main(args)
+        return
     rng = random.Random(args.seed)
     outcomes: list[Outcome] = []
     for repeat in range(args.repeats):

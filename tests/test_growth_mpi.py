@@ -1,11 +1,14 @@
-"""A job that grows under Open MPI with ULFM: `fast run --max-ranks` starts the job, `fast run --join` asks it for
-more workers mid-training; the group spawns them (MPI_Comm_spawn), they take the group's model, step and budget
-share, train, and the job ends with exit 0 naming them. The in-process twin is tests/test_growth.py."""
+"""Under Open MPI with ULFM: a job that grows (`fast run --max-ranks` starts it, `fast run --join` asks it for more
+workers mid-training; the group spawns them, they take its model, step and budget share, train, and the job ends
+with exit 0 naming them; the in-process twin is tests/test_growth.py), and a rank whose parameters turn NaN, which
+leaves the job while the others finish (in-process: tests/test_nan_leaves.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -76,3 +79,32 @@ def test_join_refuses_a_job_that_cannot_grow_and_a_max_ranks_that_is_not_above_t
     assert missing.returncode == 2 and "no run.json there" in missing.stderr
     small = fast("run", "-n", "2", "--max-ranks", "2", "-m", "fast_examples.numpy_digits")
     assert small.returncode == 2 and "--max-ranks 2 is not above the 2 workers launched" in small.stderr
+
+
+def _pid_of(run_dir: Path, rank: int) -> int:
+    starts = [r for r in read_run(run_dir).get(rank, []) if r["kind"] == "start"]
+    return int(starts[-1]["pid"])
+
+
+def test_a_rank_whose_parameters_turn_nan_leaves_and_the_job_finishes_naming_it(tmp_path: Path) -> None:
+    """FAST_INJECT_FAULTS=1: SIGUSR1 turns rank 2's parameters NaN; its next own check finds it, it leaves (SIGKILL
+    to itself, recorded), the others finish with a finite model, and fast run names the rank and the NaN."""
+    run_dir = tmp_path / "run"
+    command = [*FAST, "run", "-n", "3", "--fault-tolerant", "--mpiexec", _ulfm_mpiexec(), "--no-progress"]
+    command += ["--run-dir", str(run_dir), "--log-every", "10", "-m", "fast_examples.numpy_digits", "--epochs", "300"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAST_TIMEOUT="60", FAST_INJECT_FAULTS="1")
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        _when_training(run_dir, job)
+        os.kill(_pid_of(run_dir, 2), signal.SIGUSR1)
+        out, err = job.communicate(timeout=150)
+    finally:
+        job.kill()
+    assert job.returncode == 0, err.decode()[-3000:]
+    left = r"rank 2 \(pid \d+, host \S+\) left the group \(NonFiniteError: rank \d's parameters hold NaN"
+    assert re.search(left, err.decode()), err.decode()[-3000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["survived"] is True and [e["rank"] for e in run["lost_ranks"]] == [2]
+    assert run["lost_ranks"][0]["left"].startswith("NonFiniteError")
+    accuracy = float(out.decode().split("test accuracy of the averaged model: ")[1].split()[0])
+    assert accuracy > 0.9

@@ -14,7 +14,7 @@ from fast_core.cli.launch import EXITS, Job, bad_exits, exit_status, first_exit
 from fast_core.observers.runlog import read_run
 from fast_core.runtime.joins import JOINS
 from fast_core.runtime.startup import STARTING
-from fast_core.runtime.uncaught import ERRORS
+from fast_core.runtime.uncaught import ERRORS, read_errors
 
 
 def clear_endings(run_dir: Path) -> None:
@@ -96,6 +96,10 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     recorded = bad_exits(exits)
     endings = [with_step(e, run_dir) for e in recorded + unrecorded_losses(run_dir, recorded)]
     endings.sort(key=lambda e: e["wall"])
+    left = {e["rank"]: e["error"] for e in read_errors(run_dir) if e.get("left")}
+    for ending in endings:  # a rank that left on purpose (its numbers turned NaN) ended itself with SIGKILL
+        if ending["rank"] in left:
+            ending["left"] = left.pop(ending["rank"])
     aborted = job.aborted or next((e for e in endings if not e.get("signal") and (e.get("status") or 0) > 0), None)
     if aborted is not None:  # a rank's own error is never survived (the launcher stops the others: ULFM's Abort won't)
         cause = with_step(aborted, run_dir)
@@ -178,7 +182,9 @@ def error_text(cause: dict, errors: list[dict]) -> str:
 def rank_text(lost: dict) -> str:
     """A lost rank, how it ended and the step it was at."""
     how = f"was killed by {lost['signal']}" if lost.get("signal") else f"exited with status {lost['status']}"
-    if lost.get("frozen") is not None:
+    if lost.get("left"):
+        how = f"left the group ({lost['left']})"
+    elif lost.get("frozen") is not None:
         how = f"froze (no heartbeat for {lost['frozen']:g} s) and was killed by its guard"
     elif lost.get("unrecorded"):
         how = "was lost with no record of how it ended (its guard, the process fast run starts above it, died too)"

@@ -55,6 +55,9 @@ MAX_RESTARTS_VARIABLE = "FAST_MAX_RESTARTS"
 MAX_RANKS_VARIABLE = "FAST_MAX_RANKS"
 """Under FAST_FAULT_TOLERANT: the most ranks the job may grow to when workers ask to join it (``fast run --max-ranks``,
 ``fast run --join``); 0: it never grows."""
+INJECT_FAULTS_VARIABLE = "FAST_INJECT_FAULTS"
+"""1: each rank turns its parameters NaN at the step after it gets SIGUSR1 (``benchmarks/chaos.py``'s NaN fault;
+``fast_core.observers.fault_injection``)."""
 RANK_PREFIX_VARIABLE = "FAST_RANK_PREFIX"
 """0: ``fast run`` shows the ranks' lines as they are, without ``[r] `` in front (``--no-rank-prefix``); read by
 the launcher only."""
@@ -106,6 +109,8 @@ class RunConfig:
     """Lost ranks the fault-tolerant job replaces with new processes (FAST_MAX_RESTARTS); the others go on without."""
     max_ranks: int = 0
     """The most ranks the fault-tolerant job may grow to when workers ask to join (FAST_MAX_RANKS); 0: never."""
+    inject_faults: bool = False
+    """Whether SIGUSR1 turns this rank's parameters NaN at its next step (FAST_INJECT_FAULTS; chaos runs only)."""
     heartbeat_fd: int | None = None
     """The pipe this rank beats on for its guard (FAST_HEARTBEAT_FD), or None: no guard watches for a freeze."""
 
@@ -145,6 +150,7 @@ class RunConfig:
             fault_tolerant=_flag(text(FAULT_TOLERANT_VARIABLE), FAULT_TOLERANT_VARIABLE),
             max_restarts=_whole(text(MAX_RESTARTS_VARIABLE), MAX_RESTARTS_VARIABLE, "2", minimum=0) or 0,
             max_ranks=_whole(text(MAX_RANKS_VARIABLE), MAX_RANKS_VARIABLE, "8", minimum=0) or 0,
+            inject_faults=_switch(text(INJECT_FAULTS_VARIABLE)),
             heartbeat_fd=_whole(text(HEARTBEAT_VARIABLE), HEARTBEAT_VARIABLE, "5", minimum=0),
         )
 
@@ -170,6 +176,7 @@ class RunConfig:
             FAULT_TOLERANT_VARIABLE: "1" if self.fault_tolerant else "0",
             MAX_RESTARTS_VARIABLE: str(self.max_restarts),
             MAX_RANKS_VARIABLE: str(self.max_ranks),
+            INJECT_FAULTS_VARIABLE: "1" if self.inject_faults else "0",
             HEARTBEAT_VARIABLE: "" if self.heartbeat_fd is None else str(self.heartbeat_fd),
         }
 

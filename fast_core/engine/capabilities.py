@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
@@ -77,6 +78,12 @@ class FaultTolerant(Engine):
         (``agreed_growth``) before ``grow``: the one path by which a group changes."""
         self._joiners_asked = max(self._joiners_asked, workers)
         self.revoke(f"{workers} worker(s) asked to join")
+
+    def leave(self, error: BaseException) -> NoReturn:
+        """End this rank as a lost one, over ``error`` (its own numbers turned NaN): the others meet its loss and
+        go on. Here it raises ``error``, which loses an in-process rank (``LocalCluster.run``); the MPI engine ends
+        its process with SIGKILL instead, since a process that exits with an error ends a job under ``fast run``."""
+        raise error
 
     def revoke(self, reason: str) -> None:
         """Revoke the group on every rank (each one's next call raises PeerLost). Engines that cannot grow: no-op."""

@@ -13,6 +13,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import NoReturn
 
 import numpy as np
 
@@ -200,6 +201,9 @@ class _ForwardsFaultTolerance(FaultTolerant):
 
     def grow(self, replacing: tuple[int, ...], adding: int = 0) -> tuple[int, ...]:
         return self.inner.grow(replacing, adding)
+
+    def leave(self, error: BaseException) -> NoReturn:
+        self.inner.leave(error)
 
     def ask_to_grow(self, workers: int) -> None:
         self.inner.ask_to_grow(workers)

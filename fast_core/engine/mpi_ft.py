@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
+from typing import NoReturn
 
 import numpy as np
 
@@ -52,6 +54,14 @@ class _Group:
             self.comms.append(comm)
         if self.lost:  # made while the group was being revoked: it is no better
             _revoke(comm)
+
+    def leave(self, error: BaseException) -> NoReturn:
+        """SIGKILL to this process: ULFM declares it failed and the others shrink, as after kill -9 (an exit with
+        an error would make ``fast run`` stop the whole job: a rank's own error is never survived)."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise error  # not reached
 
     def revoke(self, reason: str) -> None:
         """Revoke every communicator of the group (once): every survivor's calls on them fail from now on."""
@@ -130,6 +140,14 @@ class FaultTolerantMPIEngine(MPIEngine, FaultTolerant):
             text += "joining)"
         self._group.revoke(text)
         return PeerLost(f"{text}; the survivors shrink the group and go on")
+
+    def leave(self, error: BaseException) -> NoReturn:
+        """SIGKILL to this process: ULFM declares it failed and the others shrink, as after kill -9 (an exit with
+        an error would make ``fast run`` stop the whole job: a rank's own error is never survived)."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise error  # not reached
 
     def revoke(self, reason: str) -> None:
         self._group.revoke(f"rank {self.rank}: {reason}")

@@ -21,6 +21,7 @@ from fast_core.errors import ConfigError
 from fast_core.metrics import Metrics
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer, Observers
+from fast_core.observers.fault_injection import NaNOnSignal
 from fast_core.observers.reporting import Reporter
 from fast_core.observers.straggler import Straggler
 from fast_core.runtime.budget import Budget
@@ -77,6 +78,8 @@ def wire(
     context = StepContext(MeteredEngine(engine, metrics), model, metrics)
     clock = ComputeClock()
     chosen = Observers(observers if observers is not None else observers_for(config, engine.rank, engine.size))
+    if config.inject_faults:  # chaos runs: SIGUSR1 turns this rank's parameters NaN
+        chosen.attach(NaNOnSignal(model.params, model.set_params))
     desk = JoinDesk.for_job(config.run_dir, engine)
     group = Group(RecoveryState(engine, context, resolved), chosen.announce, desk)
     claims = Claims(budget if budget is not None else Budget.from_config(config), group)

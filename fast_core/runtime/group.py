@@ -17,12 +17,22 @@ from typing import TypeVar
 import numpy as np
 
 from fast_core.engine import collectives
+from fast_core.engine.capabilities import FaultTolerant
 from fast_core.errors import PeerLost
 from fast_core.observers.events import Recovered
 from fast_core.runtime.joins import JoinDesk
-from fast_core.runtime.survival import RecoveryState, check_can_survive, join, leave_behind, resync, survive
+from fast_core.runtime.survival import (
+    MAX_SHRINKS_IN_A_ROW,
+    RecoveryState,
+    check_can_survive,
+    join,
+    leave,
+    leave_behind,
+    resync,
+    survive,
+)
 from fast_core.strategies.base import GroupChange
-from fast_core.strategies.integrity import finite_average
+from fast_core.strategies.integrity import NonFiniteError, finite_average
 
 log = logging.getLogger("fast")
 T = TypeVar("T")
@@ -61,6 +71,9 @@ class Group:
             except PeerLost as error:
                 self._lost(error, attempt)
                 self.state.step = self._recover(self.state.step)
+            except NonFiniteError as error:  # fault tolerant: the ranks it names leave, the others run it again
+                if not self._leaves_over(error) or attempt >= MAX_SHRINKS_IN_A_ROW:
+                    raise
         raise AssertionError("unreachable")
 
     def average_params(self) -> np.ndarray:
@@ -93,6 +106,9 @@ class Group:
             if self.defer_losses:
                 raise
             self._lost(error, 0)
+        except NonFiniteError as error:
+            if not self._leaves_over(error):
+                raise
 
     def recover(self, error: PeerLost, attempt: int = 0) -> None:
         """Survive ``error``, raised outside this group's own calls (Horovod's elastic run: a script's collective, or
@@ -138,6 +154,17 @@ class Group:
         join(self.state)
 
     # ---------------------------------------------------------------------------------------------------------------
+    def _leaves_over(self, error: NonFiniteError) -> bool:
+        """Under a fault-tolerant engine, a rank whose numbers ``error`` names leaves the job (``survival.leave``)
+        and True is returned on the others, whose next call then meets its loss; False otherwise (no fault
+        tolerance, or nobody named): the error then ends the job."""
+        engine = self.state.engine
+        if not isinstance(engine, FaultTolerant) or not error.ranks or not self.state.strategy.survivable:
+            return False
+        if engine.rank in error.ranks:
+            leave(self.state, error)
+        return True
+
     def _lost(self, error: PeerLost, attempt: int) -> None:
         check_can_survive(self.state, error, attempt)
         if self._change is None:

@@ -29,6 +29,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, replace
+from typing import NoReturn
 
 import numpy as np
 
@@ -37,12 +38,14 @@ from fast_core.engine.capabilities import FaultTolerant, fault_tolerance
 from fast_core.errors import ConfigError, PeerLost
 from fast_core.model.contract import ModelAdapter
 from fast_core.observers.events import Recovered
+from fast_core.runtime import uncaught
 from fast_core.runtime.agreement import check_same_setup
 from fast_core.runtime.budget import Allowance
 from fast_core.runtime.clock import set_step
 from fast_core.strategies import Strategy
 from fast_core.strategies.base import GroupChange, StepContext
 from fast_core.strategies.canonical import canonical_strategy
+from fast_core.strategies.integrity import NonFiniteError
 
 log = logging.getLogger("fast")
 
@@ -110,6 +113,18 @@ def _shrink_and_grow(engine: FaultTolerant) -> GroupChange:
     replaced = tuple(n for n in newcomers if n in lost)
     added = tuple(n for n in newcomers if n not in lost)
     return GroupChange(kept, old_size, lost, engine.size, replaced, added=added)
+
+
+def leave(state: RecoveryState, error: NonFiniteError) -> NoReturn:
+    """This rank's own numbers turned NaN or Inf in a fault-tolerant job: it leaves the group as a lost rank does,
+    so that no NaN spreads and the others go on (``--max-restarts`` starts a replacement from their average). It
+    records why (``fast run`` names it), then ends as a lost rank (``FaultTolerant.leave``: under MPI its process
+    ends with SIGKILL and the others shrink, as after kill -9). Its half-done work is lost with it."""
+    engine = fault_tolerance(state.engine)
+    launch = engine.world_ranks[engine.rank]
+    log.error("rank %d (launched as %d): %s; it leaves the group, which goes on without it", engine.rank, launch, error)
+    uncaught.record_leaving(launch, error)
+    engine.leave(error)
 
 
 def leave_behind(state: RecoveryState, error: PeerLost) -> Recovered:

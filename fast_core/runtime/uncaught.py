@@ -28,15 +28,15 @@ ERRORS = "errors"
 CONSEQUENCES = (PeerTimeout, PeerFailed)
 """Errors that name a peer the rank waited for or lost: the cause is that peer's (PeerLost is a PeerFailed)."""
 
-_installed = False
+_installed: Path | None = None  # the run folder, once installed
 
 
 def install(run_dir: Path, rank: int) -> None:
     """Record this process's uncaught exception as rank ``rank``'s, and show a consequence in one line; once."""
     global _installed
-    if _installed:
+    if _installed is not None:
         return
-    _installed = True
+    _installed = Path(run_dir)
     shown = sys.excepthook
 
     def hook(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
@@ -62,6 +62,13 @@ def install(run_dir: Path, rank: int) -> None:
             )
 
     sys.excepthook = hook
+
+
+def record_leaving(rank: int, error: BaseException) -> None:
+    """Record why launch rank ``rank`` leaves a fault-tolerant job on purpose (its own numbers turned NaN): fast run
+    names it among the lost ranks, and never takes it for the error that ended a job (``cause_of``)."""
+    if _installed is not None:
+        record(_installed, rank, error, "".join(traceback.format_exception(error)), consequence=False, left=True)
 
 
 def describe(error: BaseException) -> str:
@@ -90,13 +97,17 @@ def first_to_tell(run_dir: Path, rank: int, error: BaseException) -> int:
     return rank
 
 
-def record(run_dir: Path, rank: int, error: BaseException, trace: str, consequence: bool) -> None:
+def record(
+    run_dir: Path, rank: int, error: BaseException, trace: str, consequence: bool, left: bool = False
+) -> None:
     """Write rank ``rank``'s error record (whole, then renamed into place); a folder we cannot write is no error.
-    ``consequence``: the error only follows another rank's (a ``CONSEQUENCES``)."""
+    ``consequence``: the error only follows another rank's (a ``CONSEQUENCES``). ``left``: the rank left a
+    fault-tolerant job over it, which went on (``record_leaving``)."""
     ended = {
         "rank": rank,
         "error": describe(error),
         "consequence": consequence,
+        "left": left,
         "peers": [int(r) for r in getattr(error, "ranks", ()) or ()],  # whom a consequence waited for or lost
         "wall": time.time(),
         "traceback": trace,
@@ -124,4 +135,5 @@ def read_errors(run_dir: Path) -> list[dict]:
 
 def cause_of(errors: list[dict]) -> dict | None:
     """The error that ended the job: the earliest that is not a consequence of another's, else the earliest."""
-    return next((e for e in errors if not e.get("consequence")), errors[0] if errors else None)
+    ending = [e for e in errors if not e.get("left")] or errors  # a rank that left was survived
+    return next((e for e in ending if not e.get("consequence")), ending[0] if ending else None)

@@ -46,7 +46,12 @@ _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class NonFiniteError(FastError):
-    """This rank's own parameters or gradient hold NaN or Inf: it stops rather than spread them to its peers."""
+    """This rank's own parameters or gradient hold NaN or Inf: it stops rather than spread them to its peers.
+    ``ranks``: the ranks (of the group, as it is numbered now) whose numbers are not finite."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
 
 
 def all_finite(x: np.ndarray) -> bool:
@@ -90,7 +95,8 @@ def check_own(ctx: StepContext, x: np.ndarray, what: str = "parameters", every: 
     if ctx.round % every == 0 and not all_finite(x):
         raise NonFiniteError(
             f"rank {ctx.rank}'s {what} hold NaN or Inf at step {ctx.step}; it stops rather than send them to its "
-            "peers (lower the learning rate, clip gradients or check the input data)"
+            "peers (lower the learning rate, clip gradients or check the input data)",
+            ranks=(ctx.rank,),
         )
 
 
@@ -104,8 +110,10 @@ def finite_average(model: ModelAdapter, engine: Engine, what: str = "the consens
     bad = np.zeros(engine.size, dtype=np.int64)
     bad[engine.rank] = not all_finite(model.params())
     engine.allreduce(bad, kind=collectives.JOB)
-    ranks = [int(r) for r in np.flatnonzero(bad)] or "none alone (their sum overflowed)"
+    ranks = [int(r) for r in np.flatnonzero(bad)]
     raise NonFiniteError(
-        f"{what} holds NaN or Inf: rank(s) {ranks} hold non-finite parameters, so it is neither reported nor saved "
-        "(lower the learning rate, clip gradients or check the input data)"
+        f"{what} holds NaN or Inf: rank(s) {ranks or 'none alone (their sum overflowed)'} hold non-finite "
+        "parameters, so it is neither reported nor saved (lower the learning rate, clip gradients or check the input "
+        "data)",
+        ranks=tuple(ranks),
     )
