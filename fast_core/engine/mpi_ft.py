@@ -55,14 +55,6 @@ class _Group:
         if self.lost:  # made while the group was being revoked: it is no better
             _revoke(comm)
 
-    def leave(self, error: BaseException) -> NoReturn:
-        """SIGKILL to this process: ULFM declares it failed and the others shrink, as after kill -9 (an exit with
-        an error would make ``fast run`` stop the whole job: a rank's own error is never survived)."""
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
-        raise error  # not reached
-
     def revoke(self, reason: str) -> None:
         """Revoke every communicator of the group (once): every survivor's calls on them fail from now on."""
         with self._lock:
