@@ -58,6 +58,10 @@ def test_the_environment_round_trip_gives_the_configuration_back_whatever_was_se
         progress=False,
         verbose=True,
         label="dpsgd",
+        fault_tolerant=True,
+        max_restarts=2,
+        max_ranks=8,
+        inject_faults=True,
     )
     before = {"FAST_PROGRESS": "1", "FAST_TOPOLOGY": "torus", "FAST_TIMEOUT": "7"}
     assert RunConfig.from_environment({**before, **config.to_environment()}) == config
@@ -72,6 +76,7 @@ def test_the_environment_round_trip_gives_the_configuration_back_whatever_was_se
         ("FAST_STRAGGLER", "nan", "slow-down factor >= 1"),
         ("FAST_STRAGGLER_RANK", "-1", "whole number >= 0"),
         ("FAST_LOG_EVERY", "0", "whole number >= 1"),
+        ("FAST_MAX_RANKS", "many", "whole number >= 0"),
     ],
 )
 def test_bad_values_name_their_variable(variable: str, value: str, words: str) -> None:

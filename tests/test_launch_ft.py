@@ -24,13 +24,14 @@ import fast_core
 import fast_core.engine.mpi as mpi_module
 from fast_core import ConfigError
 from fast_core.cli import launch
-from fast_core.cli.endings import job_ending
+from fast_core.cli.endings import job_ending, joined_ranks
 from fast_core.cli.launch import Job, find_ulfm_mpiexec, ulfm_missing
 from fast_core.cli.run import launch_variables
 from fast_core.config.run import RunConfig
 from fast_core.engine import default_engine, mpi_engine, ulfm_problem
 from fast_core.runtime import process
 from fast_core.runtime.startup import STARTING, lost_before_start
+from fast_core.runtime.uncaught import cause_of
 
 OPEN_MPI = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
 MPICH = "MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 2026"
@@ -284,6 +285,29 @@ def test_a_replaced_rank_is_named_from_its_own_records_and_the_job_succeeds(tmp_
     assert status == 0 and ending["survived"] is True and ending["replaced"] == [2] and ending["mpiexec_status"] == 137
     assert [(e["rank"], e["step"]) for e in ending["lost_ranks"]] == [(2, 7)]
     assert lines[0].endswith("new processes took over rank(s) [2] and the job finished")
+
+
+def test_a_rank_that_left_over_a_nan_is_named_with_its_error_and_the_job_succeeds(tmp_path: Path) -> None:
+    run_dir = _ended(tmp_path, (2, "SIGKILL", -9, 100.0), step=7)
+    error = "NonFiniteError: rank 2's parameters hold NaN or Inf at step 7; it stops rather than send them"
+    (run_dir / "errors").mkdir()
+    (run_dir / "errors" / "rank2.json").write_text(json.dumps({"rank": 2, "error": error, "left": True, "wall": 99.9}))
+    status, ending, lines = job_ending(0, _job(), run_dir)
+    assert status == 0 and ending["survived"] is True and ending["lost_ranks"][0]["left"] == error
+    assert lines[0].startswith(f"rank 2 (pid 102, host h) left the group ({error}) at step 7")
+    assert cause_of([json.loads((run_dir / "errors" / "rank2.json").read_text())])["left"]  # only when alone
+    later = {"rank": 1, "error": "ValueError: bad", "left": False, "wall": 200.0}
+    assert cause_of([{"rank": 2, "error": error, "left": True, "wall": 99.9}, later]) == later  # never the cause
+
+
+def test_a_job_that_grew_succeeds_although_open_mpi_says_1(tmp_path: Path) -> None:
+    """Open MPI's launcher ends with status 1 once ranks spawned workers that asked to join; nobody was lost."""
+    membership = {"kind": "membership", "rank": 0, "step": 9, "lost": "", "replaced": "", "joined": "4"}
+    closed = {"kind": "close", "rank": 0, "step": 40}
+    (tmp_path / "rank0.jsonl").write_text(json.dumps(membership) + "\n" + json.dumps(closed) + "\n")
+    status, ending, lines = job_ending(1, _job(), tmp_path)
+    assert (status, ending, lines) == (0, {"lost_ranks": [], "mpiexec_status": 1}, [])
+    assert joined_ranks(tmp_path) == [4]
 
 
 def test_a_rank_that_exits_with_an_error_is_never_survived(tmp_path: Path) -> None:
