@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,10 @@ from training import CLASSES, FEATURES, LR, batch, task
 
 from fast_core import Budget, LocalCluster, Observer, Worker
 from fast_core.engine import Engine
+from fast_core.metrics import Metrics
 from fast_core.model.contract import ModelAdapter
 from fast_core.model.numpy_model import SGD, SoftmaxRegression
+from fast_core.observers import snapshots as snapshots_module
 from fast_core.observers.events import ComputeEnded, Started
 from fast_core.observers.reporting import Reporter
 from fast_core.observers.runlog import read_run
@@ -144,3 +147,32 @@ def test_a_missing_rank_names_its_manifest(tmp_path: Path) -> None:
         consensus_curve(tmp_path, lambda flat: 0.0, size=2)
     with pytest.raises(FileNotFoundError, match="no snapshots in"):
         consensus_curve(tmp_path / "empty", lambda flat: 0.0)
+
+
+def test_a_long_job_keeps_at_most_max_points_and_the_curve_uses_the_points_every_rank_kept(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Past MAX_POINTS a rank drops every other point and doubles its interval; two ranks that thinned a different
+    number of times still give a curve, over the points both kept, averaged exactly."""
+    monkeypatch.setattr(snapshots_module, "MAX_POINTS", 8)
+    clock = {"now": 0.0}
+    monkeypatch.setattr(snapshots_module, "time", types.SimpleNamespace(monotonic=lambda: clock["now"]))
+    values = {0: np.zeros(3, np.float32), 1: np.ones(3, np.float32)}
+    ranks = {r: Snapshots(tmp_path, 1.0, r, lambda r=r: values[r] * clock["now"]) for r in (0, 1)}
+    for rank in ranks.values():
+        rank.on_start(Started(0, 2, strategy="", strategy_name="", started_at=0.0, metrics=Metrics()))
+    for second in range(1, 40):  # rank 1 stops at 23 s: it thinned fewer times
+        clock["now"] = second + 0.5
+        for r, snap in ranks.items():
+            if r == 0 or second < 23:
+                snap.on_compute_end(ComputeEnded(second, 0.0))
+                snap.on_step_end(None)
+    for snap in ranks.values():
+        snap.on_close(None)
+    kept = {r: sorted(int(p.stem) for p in (tmp_path / f"rank{r}").glob("[0-9]*.npy")) for r in ranks}
+    assert len(kept[0]) <= 8 and len(kept[1]) <= 8
+    assert ranks[0].stride == 8 and ranks[1].stride == 4
+    assert kept[0] == list(range(0, ranks[0].points, 8))
+    curve = consensus_curve(tmp_path, lambda flat: float(flat[0]))
+    assert [t for t, _ in curve[:-1]] == [0.0, 8.0, 16.0]  # the points both kept, below rank 1's last
+    assert [v for _, v in curve[:-1]] == pytest.approx([0.0, 8.5 / 2, 16.5 / 2])  # mean of 0 and the point's time

@@ -6,7 +6,8 @@ make every rank wait for the slowest at each point, the very thing the strategy 
 file write of the flat parameters on this rank's trainer, no message.
 
 - ``Snapshots`` (an Observer) saves this rank's flat parameters at ``0, every_seconds, 2 * every_seconds, ...``
-  seconds since the worker's common start (``Started.started_at``): at the first compute end at or after each
+  seconds since the worker's common start (at most MAX_POINTS of them: a long job keeps every other point and
+  doubles the interval as often as needed) (``Started.started_at``): at the first compute end at or after each
   point, before that step's update, so the saved values are the model this rank held at that point. A rank
   reaches a point only while it trains: points after its last step are not saved. At ``close`` it also saves its
   final parameters (after the strategy's last messages landed) and a manifest ``rank<r>.json``.
@@ -33,6 +34,10 @@ from fast_core.model.contract import ModelAdapter
 from fast_core.observers.base import Observer
 from fast_core.observers.events import Closed, ComputeEnded, Started, StepEnded
 
+MAX_POINTS = 256
+"""The most points a rank keeps: past it, every other point is dropped and the interval doubles (on every rank
+alike, since the points are wall-clock points), so a long job's snapshots take bounded disk and its curve a
+bounded evaluation at the end (a 33-minute job at 0.2 s took 3 GB and minutes of rank 0's time before)."""
 FOLDER = "snapshots"
 """The snapshots' sub-folder of a run folder (``fast run``'s ``RunConfig.run_dir``)."""
 FINAL = "final"
@@ -58,7 +63,9 @@ class Snapshots(Observer):
         self.every = float(every_seconds)
         self.rank = rank
         self.points = 0
-        """Points saved so far: 0 .. points - 1."""
+        """Points reached so far: 0 .. points - 1 (those kept: the multiples of ``stride``)."""
+        self.stride = 1
+        """Only points that are multiples of this are kept; it doubles whenever more than MAX_POINTS would be."""
         self.stop = 0.0
         """Seconds from the common start to this rank's last step end."""
         self._params = params
@@ -81,7 +88,13 @@ class Snapshots(Observer):
         if self._origin is None:
             return
         np.save(self._dir / f"{FINAL}.npy", self._params())
-        manifest = {"rank": self.rank, "every_seconds": self.every, "points": self.points, "stop": self.stop}
+        manifest = {
+            "rank": self.rank,
+            "every_seconds": self.every,
+            "points": self.points,
+            "stride": self.stride,
+            "stop": self.stop,
+        }
         (self.folder / f"rank{self.rank}.json").write_text(json.dumps(manifest), encoding="utf-8")
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -96,8 +109,13 @@ class Snapshots(Observer):
             return
         params = self._params()
         for point in range(self.points, due):
-            np.save(self._dir / f"{point}.npy", params)
+            if point % self.stride == 0:
+                np.save(self._dir / f"{point}.npy", params)
         self.points = due
+        while -(-self.points // self.stride) > MAX_POINTS:  # kept: the multiples of stride below points
+            for point in range(self.stride, self.points, 2 * self.stride):
+                (self._dir / f"{point}.npy").unlink(missing_ok=True)
+            self.stride *= 2
 
 
 def consensus_curve(folder: Path | str, evaluate: Callable[[np.ndarray], float], size: int | None = None) -> Curve:
@@ -111,8 +129,10 @@ def consensus_curve(folder: Path | str, evaluate: Callable[[np.ndarray], float],
     manifests = read_manifests(folder, size)
     every = manifests[0]["every_seconds"]
     common = min(m["points"] for m in manifests)
+    stride = max(m.get("stride", 1) for m in manifests)  # a rank that stopped a point later may have thinned once more
     size = len(manifests)
-    curve = [(point * every, evaluate(average_snapshots(folder, size, str(point)))) for point in range(common)]
+    points = range(0, common, stride)
+    curve = [(point * every, evaluate(average_snapshots(folder, size, str(point)))) for point in points]
     stop = max(m["stop"] for m in manifests)
     curve.append((stop, evaluate(average_snapshots(folder, size, FINAL))))
     return curve
