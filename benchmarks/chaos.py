@@ -96,19 +96,21 @@ def run_once(args: argparse.Namespace, strategy: str, fault: str, rng: random.Ra
     run_dir = Path(tempfile.mkdtemp(prefix="fast-chaos-"))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FAST_TIMEOUT": str(args.timeout)}
     began = time.time()
-    process = subprocess.Popen(
-        command(args, strategy, run_dir, fault), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    output_file = run_dir / "chaos-output.txt"  # a file: a pipe nobody reads while faults strike fills and blocks
+    with output_file.open("w") as written:
+        line = command(args, strategy, run_dir, fault)
+        process = subprocess.Popen(line, env=env, stdout=written, stderr=subprocess.STDOUT)
     outcome = Outcome(strategy, fault, 0, 0.0, None)
     seen: set[int] = set()
     if fault != "none":
         _disturb(args, fault, run_dir, process, outcome, seen, rng)
     try:
-        output, _ = process.communicate(timeout=args.job_timeout)
+        process.wait(timeout=args.job_timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        output, _ = process.communicate()
+        process.wait()
         outcome.tail = "TIMED OUT (hang)\n"
+    output = output_file.read_text(errors="replace")
     ended = time.time()
     outcome.status = process.returncode
     outcome.tail += output[-1500:]
@@ -191,6 +193,11 @@ def main() -> None:
     soak.add_argument("--max-ranks", type=int, default=12, help="the group may grow to this many by late joiners")
     soak.add_argument("--freeze-timeout", type=float, default=10.0, help="a frozen rank's guard kills it after this")
     soak.add_argument("--out", type=Path, help="also write the soak's report here (markdown)")
+    soak.add_argument(
+        "--undisturbed-accuracy",
+        type=float,
+        help="skip the undisturbed run: its consensus test accuracy, measured before with the same command",
+    )
     args = parser.parse_args()
     if args.soak:
         import soak
