@@ -291,11 +291,14 @@ def test_a_rank_that_left_over_a_nan_is_named_with_its_error_and_the_job_succeed
     run_dir = _ended(tmp_path, (2, "SIGKILL", -9, 100.0), step=7)
     error = "NonFiniteError: rank 2's parameters hold NaN or Inf at step 7; it stops rather than send them"
     (run_dir / "errors").mkdir()
-    (run_dir / "errors" / "rank2.json").write_text(json.dumps({"rank": 2, "error": error, "left": True, "wall": 99.9}))
+    left = {"rank": 2, "pid": 102, "error": error, "left": True, "wall": 99.9}
+    (run_dir / "errors" / "rank2.102.json").write_text(json.dumps(left))
+    other = {**left, "pid": 999, "error": "NonFiniteError: a later process of rank 2"}  # another incarnation's
+    (run_dir / "errors" / "rank2.999.json").write_text(json.dumps(other))
     status, ending, lines = job_ending(0, _job(), run_dir)
     assert status == 0 and ending["survived"] is True and ending["lost_ranks"][0]["left"] == error
     assert lines[0].startswith(f"rank 2 (pid 102, host h) left the group ({error}) at step 7")
-    assert cause_of([json.loads((run_dir / "errors" / "rank2.json").read_text())])["left"]  # only when alone
+    assert cause_of([left])["left"]  # only when alone
     later = {"rank": 1, "error": "ValueError: bad", "left": False, "wall": 200.0}
     assert cause_of([{"rank": 2, "error": error, "left": True, "wall": 99.9}, later]) == later  # never the cause
 

@@ -96,10 +96,10 @@ def job_ending(status: int, job: Job, run_dir: Path) -> tuple[int, dict, list[st
     recorded = bad_exits(exits)
     endings = [with_step(e, run_dir) for e in recorded + unrecorded_losses(run_dir, recorded)]
     endings.sort(key=lambda e: e["wall"])
-    left = {e["rank"]: e["error"] for e in read_errors(run_dir) if e.get("left")}
-    for ending in endings:  # a rank that left on purpose (its numbers turned NaN) ended itself with SIGKILL
-        if ending["rank"] in left:
-            ending["left"] = left.pop(ending["rank"])
+    left = {e.get("pid"): e["error"] for e in read_errors(run_dir) if e.get("left")}
+    for ending in endings:  # a process that left on purpose (its numbers turned NaN) ended itself with SIGKILL
+        if ending.get("pid") in left:
+            ending["left"] = left[ending["pid"]]
     aborted = job.aborted or next((e for e in endings if not e.get("signal") and (e.get("status") or 0) > 0), None)
     if aborted is not None:  # a rank's own error is never survived (the launcher stops the others: ULFM's Abort won't)
         cause = with_step(aborted, run_dir)

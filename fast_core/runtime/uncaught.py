@@ -105,6 +105,7 @@ def record(
     fault-tolerant job over it, which went on (``record_leaving``)."""
     ended = {
         "rank": rank,
+        "pid": os.getpid(),
         "error": describe(error),
         "consequence": consequence,
         "left": left,
@@ -116,8 +117,8 @@ def record(
     try:
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".rank{rank}.json.{os.getpid()}"
-        partial.write_text(json.dumps(ended) + "\n")
-        partial.replace(folder / f"rank{rank}.json")
+        partial.write_text(json.dumps(ended) + "\n")  # a rank that left keeps one per process (replacements leave too)
+        partial.replace(folder / (f"rank{rank}.{os.getpid()}.json" if left else f"rank{rank}.json"))
     except OSError:
         pass
 
