@@ -15,7 +15,6 @@ framework, the join's collectives).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -51,11 +50,7 @@ def _command(args: argparse.Namespace, workers: int, run_dir: Path) -> list[str]
 def _training_for(run_dir: Path, seconds: float, job: subprocess.Popen) -> None:
     """Until rank 0's records say it has trained ``seconds`` since its start (or the job ended)."""
     while job.poll() is None:
-        try:
-            lines = (run_dir / "rank0.jsonl").read_text().splitlines()
-            steps = [json.loads(line) for line in lines if '"step"' in line]
-        except (OSError, ValueError):
-            steps = []
+        steps = [r for r in read_run(run_dir).get(0, []) if r["kind"] == "step"]
         if steps and steps[-1].get("time", 0.0) >= seconds:
             return
         time.sleep(0.1)

@@ -136,28 +136,25 @@ def _replacements(run_dir: Path) -> tuple[list[int], bool]:
     """The launch numbers new processes took over (the ranks' "membership" records, ``--max-restarts``), and
     whether any rank closed its worker (a "close" record)."""
     records = read_run(run_dir)
-    replaced = {
-        int(number)
-        for rank_records in records.values()
-        for record in rank_records
-        if record["kind"] == "membership"
-        for number in str(record.get("replaced", "")).split(",")
-        if number.strip().isdigit()
-    }
     finished = any(record["kind"] == "close" for rank_records in records.values() for record in rank_records)
-    return sorted(replaced), finished
+    return _membership_numbers(records, "replaced"), finished
 
 
 def joined_ranks(run_dir: Path) -> list[int]:
     """The launch numbers of workers that joined the job while it ran (the ranks' "membership" records, ``fast run
     --join``)."""
+    return _membership_numbers(read_run(run_dir), "joined")
+
+
+def _membership_numbers(records: dict[int, list[dict]], key: str) -> list[int]:
+    """Every launch number listed under ``key`` ("replaced", "joined") in any rank's "membership" records."""
     return sorted(
         {
             int(number)
-            for rank_records in read_run(run_dir).values()
+            for rank_records in records.values()
             for record in rank_records
             if record["kind"] == "membership"
-            for number in str(record.get("joined", "")).split(",")
+            for number in str(record.get(key, "")).split(",")
             if number.strip().isdigit()
         }
     )

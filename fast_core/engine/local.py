@@ -118,32 +118,26 @@ class LocalCluster:
         results: dict[int, Any] = {}
         threads: list[threading.Thread] = []
 
-        def body(rank: int) -> None:
-            self._threads[rank] = threading.get_ident()
-            try:
-                results[rank] = fn(self.engine(rank), *args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below
-                self.fail(rank, exc)
-
-        def newcomer(engine: FaultTolerantLocalEngine) -> None:
-            launch = engine.world_ranks[engine.rank]
+        def body(engine: LocalEngine, launch: int) -> None:
+            self._threads[launch] = threading.get_ident()
             try:
                 results[launch] = fn(engine, *args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - a newcomer that raises is lost like any rank
-                assert self.membership is not None
-                self.membership.lose(launch, exc)
+            except BaseException as exc:  # noqa: BLE001 - forwarded to the caller below (fault tolerant: lost)
+                if launch < self.size:
+                    self.fail(launch, exc)
+                else:  # a rank that joined later is no rank of this cluster: lost by its launch number
+                    assert self.membership is not None
+                    self.membership.lose(launch, exc)
 
-        def start_newcomer(engine: FaultTolerantLocalEngine) -> None:  # called by a ``grow``, in a member's thread
-            launch = engine.world_ranks[engine.rank]
-            thread = threading.Thread(target=newcomer, args=(engine,), name=f"fast-rank-{launch}")
+        def start(engine: LocalEngine, launch: int) -> None:  # also called by a ``grow``, in a member's thread
+            thread = threading.Thread(target=body, args=(engine, launch), name=f"fast-rank-{launch}")
             threads.append(thread)
             thread.start()
 
         if self.membership is not None:
-            self.membership.start_newcomer = start_newcomer
-        threads.extend(threading.Thread(target=body, args=(r,), name=f"fast-rank-{r}") for r in range(self.size))
-        for t in list(threads):
-            t.start()
+            self.membership.start_newcomer = lambda engine: start(engine, engine.world_ranks[engine.rank])
+        for rank in range(self.size):
+            start(self.engine(rank), rank)
         joined = 0
         while joined < len(threads):  # a grow may add threads while the first ones run
             threads[joined].join()

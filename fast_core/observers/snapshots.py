@@ -6,8 +6,8 @@ make every rank wait for the slowest at each point, the very thing the strategy 
 file write of the flat parameters on this rank's trainer, no message.
 
 - ``Snapshots`` (an Observer) saves this rank's flat parameters at ``0, every_seconds, 2 * every_seconds, ...``
-  seconds since the worker's common start (at most MAX_POINTS of them: a long job keeps every other point and
-  doubles the interval as often as needed) (``Started.started_at``): at the first compute end at or after each
+  seconds since the worker's common start (``Started.started_at``; at most MAX_POINTS of them kept: a long job
+  drops every other point and doubles the interval as often as needed): at the first compute end at or after each
   point, before that step's update, so the saved values are the model this rank held at that point. A rank
   reaches a point only while it trains: points after its last step are not saved. At ``close`` it also saves its
   final parameters (after the strategy's last messages landed) and a manifest ``rank<r>.json``.
