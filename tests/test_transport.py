@@ -17,7 +17,8 @@ from fast_core.errors import FastError, PeerTimeout
 from fast_core.metrics import Metrics
 from fast_core.model.numpy_model import SoftmaxRegression
 from fast_core.strategies import AsyncAveraging
-from fast_core.transport import Mailbox, framing
+from fast_core.transport import Mailbox, RequestService, framing
+from fast_core.transport.mailbox import INLINE_MAX_BYTES
 
 
 class SerializedEngine(LocalEngine):
@@ -78,14 +79,19 @@ def test_mailbox_wait_names_the_peer_it_waited_for() -> None:
     LocalCluster(2, timeout=10).run(body)
 
 
+@pytest.mark.parametrize("inline", [True, False])
 @pytest.mark.parametrize("releases", [True, False])
-def test_a_mailbox_whose_trainer_releases_holds_one_buffer_less_and_still_gets_the_newest(releases: bool) -> None:
+def test_a_mailbox_whose_trainer_releases_holds_one_buffer_less_and_still_gets_the_newest(
+    releases: bool, inline: bool
+) -> None:
     """Rank 0 posts 40 messages faster than rank 1 reads; rank 1 takes (and with ``releases``, gives back) the newest
-    each time: it sees them in order, ends on the last, and holds depth + 1 receive buffers instead of depth + 2."""
+    each time: it sees them in order, ends on the last, and holds depth + 1 receive buffers instead of depth + 2.
+    Alike whether the turns run on the trainer's calls (``inline``) or on a thread of their own."""
 
     def body(engine: LocalEngine) -> int:
         peer = 1 - engine.rank
-        mailbox = Mailbox(engine, [peer], [peer], 3, np.float64, releases=releases, name="lean")
+        mailbox = Mailbox(engine, [peer], [peer], 3, np.float64, releases=releases, inline=inline, name="lean")
+        assert mailbox.inline is inline
         if engine.rank == 0:
             for step in range(40):
                 mailbox.post(np.full(3, float(step)), step)
@@ -110,6 +116,41 @@ def test_a_mailbox_whose_trainer_releases_holds_one_buffer_less_and_still_gets_t
 
     held = LocalCluster(2, timeout=10).run(body)[1]
     assert held == 4 if releases else held <= 5  # staged + outgoing, landing + ready (+ the trainer's current)
+
+
+def test_small_messages_run_on_the_trainers_calls_and_large_ones_on_a_thread() -> None:
+    """By default a mailbox whose message fits ``INLINE_MAX_BYTES`` (what MPI sends eagerly) runs its turns on the
+    trainer's calls; a larger one gets a thread that moves it while the trainer computes."""
+    engine = LocalCluster(1, timeout=5).engine(0)
+    values = INLINE_MAX_BYTES // 8  # the payload's bytes (the 16-byte header aside)
+    small = Mailbox(engine, [], [], values, np.float64)
+    large = Mailbox(engine, [], [], values + 1, np.float64)
+    assert small.inline and not large.inline
+    small.close()
+    large.close()
+
+
+def test_an_inline_reply_comes_while_the_replier_sits_in_a_blocking_collective() -> None:
+    """Rank 1 asks rank 0 (inline, so answered at rank 0's calls) and rank 0 meanwhile waits in a barrier that rank 1
+    enters only after the reply: the backstop thread answers within its pause, no deadlock."""
+
+    def body(engine: LocalEngine) -> float:
+        service = RequestService(engine, [1] if engine.rank == 0 else [], 1, np.float64, _double, inline=True)
+        started = time.monotonic()
+        if engine.rank == 1:
+            service.ask(0, np.array([21.0]))
+            assert service.reply()[0] == 42.0
+        engine.barrier()
+        waited = time.monotonic() - started
+        service.close()
+        return waited
+
+    waits = LocalCluster(2, timeout=10).run(body)
+    assert max(waits) < 5.0  # a deadlock would end in the engine's 10 s timeout
+
+
+def _double(peer: int, request: np.ndarray, reply: np.ndarray) -> None:
+    reply[:] = 2 * request
 
 
 def test_init_is_the_process_wide_engine_and_default_engine_a_new_one(monkeypatch, capsys) -> None:

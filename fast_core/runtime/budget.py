@@ -6,14 +6,16 @@ The trainer asks before each batch: ``n = worker.claim_batch(batch_size)`` is ho
 through ``fast_core.runtime.claims``. How the ranks agree, with no blocking collective on an asynchronous training
 path:
 
-- Asynchronous strategy, sample budget: rank 0 holds the one counter. Its communication thread (a RequestService)
-  grants samples to the other ranks without rank 0's trainer; each rank reserves its next batches ahead, so its
-  trainer normally finds the grant already there (when it must wait, the wait has the engine's timeout and names
-  rank 0). How many it reserves adapts: one batch at first, one more each time a reserved grant had not arrived
-  when the trainer needed it (steps shorter than a grant's round trip), up to ``MAX_AHEAD``; ``Budget(ahead=k)``
-  fixes it at k. Rank 0 grants at most a ``2 * ranks``-th of what is left (whole batches, at least one), so
-  reservations shrink to single batches as the budget runs out (guided self-scheduling). Rank 0's own trainer
-  takes from the same counter under the service lock. The counter never goes below 0, so the samples trained sum
+- Asynchronous strategy, sample budget: rank 0 holds the one counter. Its RequestService grants samples to the
+  other ranks at rank 0's own claims (inline: a thread polling for 16-byte messages cost the trainers more, on one
+  core per rank, than a grant's wait; a backstop thread answers every 20 ms while rank 0's trainer makes no call,
+  say in a collective); each rank reserves its next batches ahead, so its trainer normally finds the grant already
+  there (when it must wait, the wait has the engine's timeout and names rank 0). How many it reserves adapts: one
+  batch at first, one more each time a reserved grant had not arrived when the trainer needed it (steps shorter
+  than a grant's round trip), up to ``MAX_AHEAD``; ``Budget(ahead=k)`` fixes it at k. Rank 0 grants at most a
+  ``2 * ranks``-th of what is left (whole batches, at least one), so reservations shrink to single batches as the
+  budget runs out (guided self-scheduling). Rank 0's own trainer takes from the same counter under the service
+  lock. The counter never goes below 0, so the samples trained sum
   to the budget exactly: the last grant may be a partial batch. The stop signal is the moment the counter reaches
   0 (``Allowance.spent_at`` on rank 0); after it a rank trains only what it had reserved: at most one batch with
   ``ahead=1``, 2k - 1 with ``ahead=k``.
@@ -255,7 +257,7 @@ class Allowance:
 
 
 class SharedSamples:
-    """An asynchronous sample budget: rank 0's counter, granted to the other ranks by its communication thread.
+    """An asynchronous sample budget: rank 0's counter, granted to the other ranks by its RequestService.
 
     A rank other than 0 keeps at most one request in flight, for its next ``ahead`` batches, asked as soon as the
     previous grant arrived, and a ``credit`` of samples granted but not yet trained: at most ``2 * ahead - 1``
@@ -281,11 +283,13 @@ class SharedSamples:
         if self.size > 1:
             askers = range(1, self.size) if self.rank == 0 else ()
             handler = self._answer if self.rank == 0 else None
-            self._service = RequestService(engine, askers, 2, np.int64, handler, name="budget")
+            self._service = RequestService(engine, askers, 2, np.int64, handler, name="budget", inline=True)
             self.lock = self._service.lock
 
     def claim(self, batch_size: int) -> int:
         if self.rank == 0:
+            if self._service is not None:
+                self._service.poll()  # the grants are answered on this thread, at its claims (and its other calls)
             with self.lock:
                 return self._take(batch_size)
         while self._credit < batch_size and not self._exhausted:  # twice only when the batch size grew
@@ -304,7 +308,8 @@ class SharedSamples:
         return self._credit
 
     def abandon(self) -> None:
-        """Stop the grant thread at once (a rank was lost); ``regrouped_samples`` makes the group's counter."""
+        """Stop answering and asking for grants at once (a rank was lost); ``regrouped_samples`` makes the group's
+        counter."""
         if self._service is not None:
             self._service.abandon()
 

@@ -1,9 +1,11 @@
-"""The background thread every asynchronous strategy communicates through.
+"""The background work every asynchronous strategy communicates through.
 
 Large MPI messages only progress inside MPI calls (design.md section 3), so a thread that polls the engine keeps
-transfers moving while the trainer computes. It works on its own duplicate of the engine, so its messages never
-mix with the trainer's. Closing is collective and cannot strand a peer: a closing rank stops starting new
-work, finishes what it started, enters a nonblocking barrier, and keeps serving peers until every rank is there.
+transfers moving while the trainer computes; small ones need no such help, and their turns can run on the
+trainer's own calls instead (``inline``, ``drivers.InlineDriver``). It works on its own duplicate of the engine, so
+its messages never mix with the trainer's. Closing is collective and cannot strand a peer: a closing rank stops
+starting new work, finishes what it started, enters a nonblocking barrier, and keeps serving peers until every rank
+is there.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from fast_core.transport.drivers import WAITED_PAUSE, driver_for
 
 class CommThread:
     """Base class: runs ``_progress`` turn after turn until a collective ``close``; subclasses do the messaging. A
-    driver chosen once from the engine (``drivers.driver_for``) runs the turns: a thread on real time, the engine's
-    own events on virtual time."""
+    driver chosen once (``drivers.driver_for``) runs the turns: a thread of its own on real time, or the trainer's
+    thread at its calls with a slow backstop thread (``inline=True``), or the engine's own events on virtual time."""
 
     idle_pause = WAITED_PAUSE
     """The longest sleep of an idle thread between polls (seconds): the delay before it notices an arrival, and
@@ -29,7 +31,7 @@ class CommThread:
     (``waited_on``) the thread polls at most ``drivers.WAITED_PAUSE`` apart. The trainer wakes it when it stages
     work."""
 
-    def __init__(self, engine: Engine, name: str) -> None:
+    def __init__(self, engine: Engine, name: str, *, inline: bool = False) -> None:
         if not engine.threads_supported:
             raise FastError(
                 f"rank {engine.rank}: {name} needs a communication thread, but the MPI library granted only "
@@ -46,7 +48,9 @@ class CommThread:
         self._error: BaseException | None = None
         self._barrier: Request | None = None  # the closing barrier, once entered
         self._stopped = False  # the last turn ran
-        self._driver = driver_for(self, self.engine)
+        self.inline = inline
+        """Whether the turns run on the trainer's calls (a backstop thread only when it makes none)."""
+        self._driver = driver_for(self, self.engine, inline)
 
     def _start(self) -> None:
         self._driver.start()
@@ -78,6 +82,10 @@ class CommThread:
     def stopped(self) -> bool:
         """True once the last turn ran (every rank closed, or the thread failed)."""
         return self._stopped
+
+    def poll(self) -> None:
+        """Run the due turns now if no thread runs them (inline): before the trainer reads what they delivered."""
+        self._driver.poll()
 
     def _wait_on_thread(self, seconds: float) -> None:
         """The trainer waits (holding ``_cond``) up to ``seconds`` for the thread to change something."""

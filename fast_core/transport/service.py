@@ -37,7 +37,9 @@ ReplyHandler = Callable[[int, np.ndarray], None]
 
 class RequestService(CommThread):
     """Answer requests of ``askers`` with ``handler``; send at most one request of our own at a time. Requests and
-    replies are ``size`` values of ``dtype``, sent as ``codec``'s bytes when one is given."""
+    replies are ``size`` values of ``dtype``, sent as ``codec``'s bytes when one is given. ``inline=True`` answers
+    at the trainer's own calls, a backstop thread only every 20 ms when it makes none (``drivers.InlineDriver``):
+    for small messages whose askers can wait a step of the replier (the shared budget's grants, asked ahead)."""
 
     def __init__(
         self,
@@ -51,8 +53,9 @@ class RequestService(CommThread):
         on_reply: ReplyHandler | None = None,
         name: str = "service",
         start: bool = True,
+        inline: bool = False,
     ) -> None:
-        super().__init__(engine, name)
+        super().__init__(engine, name, inline=inline)
         self.dtype = np.dtype(dtype)
         self.size = size
         self.encoding = encoding_for(codec, size, dtype)
@@ -126,6 +129,7 @@ class RequestService(CommThread):
     @property
     def answered(self) -> bool:
         """True once the reply to our outstanding request arrived (``reply`` will not wait)."""
+        self.poll()
         with self._cond:
             return self._own_done
 
