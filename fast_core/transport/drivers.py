@@ -103,7 +103,7 @@ class RealTimeDriver(Driver):
         return not self._thread.is_alive()
 
     def abandon(self) -> None:
-        self.wake()
+        self._wake.set()  # the thread's next turn sees the work stopped and ends
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(5.0)
 
@@ -204,10 +204,6 @@ class InlineDriver(RealTimeDriver):
                 self.wait(pause, deadline - time.monotonic())
         self._wake.set()  # the backstop sees the end now, not after its pause
         return super().finish(max(0.0, deadline - time.monotonic()))
-
-    def abandon(self) -> None:
-        self._wake.set()
-        super().abandon()
 
     def _loop(self) -> None:
         while not self._ended and not self._work.stopped:
