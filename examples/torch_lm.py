@@ -9,7 +9,9 @@ in seconds), ``small`` (6 layers, 384 wide: 10.8M parameters) and ``gpt2`` (GPT-
 parameters). The corpus (``fast_examples.lm_data``) is the standard library's ``*.py`` text, bytes as tokens, every
 20th file held out. Each rank trains on its own contiguous shard of the training text, on random windows of
 ``--seq`` bytes, with AdamW through ``fast.DistributedOptimizer``; ``--bf16`` runs forward and backward in bfloat16
-autocast with float32 master weights (pair it with a strategy's ``compress=bf16`` for bfloat16 messages).
+autocast with float32 master weights (pair it with a strategy's ``compress=bf16`` for bfloat16 messages);
+``--cosine`` decays the learning rate along a cosine to a tenth of it over the run's steps (the DiLoCo paper's
+inner schedule, its warm-up left out).
 
 ``--epochs E`` is the job's shared budget: an epoch here is ``--steps-per-epoch`` batches on every rank (the corpus
 is far larger than a run reads), so E epochs are E x steps x batch x ranks sequences (``fast_core.Budget``; ``fast
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import CosineAnnealingLR
 
 import fast_torch as fast
 from fast_core import Budget, Strategy, run_config
@@ -62,6 +65,14 @@ def evaluate(model: torch.nn.Module, data: tuple[np.ndarray, np.ndarray], batch:
     return total / count, correct / count
 
 
+def cosine_schedule(optimizer: torch.optim.Optimizer, budget: Budget, samples_per_step: int) -> CosineAnnealingLR:
+    """The learning rate along a cosine from its value to a tenth of it over the budget's steps of one rank."""
+    if budget.samples is None:
+        raise SystemExit("torch_lm: --cosine needs the run's steps: give --epochs or --budget-samples, not seconds")
+    steps = max(1, budget.samples // samples_per_step)
+    return CosineAnnealingLR(optimizer, T_max=steps, eta_min=optimizer.param_groups[0]["lr"] / 10)
+
+
 def train(
     strategy: str | Strategy = "dpsgd:ring",
     size: str = "tiny",
@@ -78,6 +89,7 @@ def train(
     ddp: bool = False,
     device: str = "cpu",
     snapshot_every: float = 0.5,
+    cosine: bool = False,
     verbose: bool = True,
 ) -> dict[str, float]:
     """Train the LM with ``strategy`` on every rank (collective); returns the consensus model's
@@ -96,6 +108,8 @@ def train(
         dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
         strategy = Strategy()  # exchanges nothing, lockstep: DDP averages the gradients inside backward
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    job_budget = budget or Budget.from_config(config)
+    schedule = cosine_schedule(optimizer, job_budget, batch_size * engine.size) if cosine else None
     opt = fast.DistributedOptimizer(optimizer, model, strategy=strategy, budget=budget)
     worker = opt.fast_worker
     snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
@@ -120,6 +134,8 @@ def train(
                 loss = lm_loss(step_model, x, y)
             loss.backward()
             opt.step()
+            if schedule is not None:
+                schedule.step()
             losses.append(loss.item())
             worker.records.step(loss=losses[-1], samples=n)
         if losses:  # lockstep ranks stop at the same step, so they all skip an empty last pass alike
@@ -153,9 +169,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast, float32 master weights")
     parser.add_argument("--ddp", action="store_true", help="train with DistributedDataParallel (gloo) instead")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--cosine", action="store_true", help="cosine learning-rate decay to a tenth over the run")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    lm_run.run("torch_lm", train, args, bf16=args.bf16, ddp=args.ddp, device=args.device)
+    lm_run.run("torch_lm", train, args, bf16=args.bf16, ddp=args.ddp, device=args.device, cosine=args.cosine)
 
 
 if __name__ == "__main__":

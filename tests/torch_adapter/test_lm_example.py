@@ -15,11 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from fast_cli import fast
 from mpirun import mpiexec
 
+from fast_core import Budget
 from fast_core.observers.runlog import read_run
 from fast_examples import torch_lm
 from fast_examples.lm_data import SIZES, check_fits, estimate_bytes
@@ -46,6 +48,20 @@ def test_a_size_that_does_not_fit_is_refused_with_its_estimate() -> None:
     assert check_fits(gpt2, 128, 1, ranks_here=2, available=2 * need) is None
     refusal = check_fits(gpt2, 128, 1, ranks_here=2, available=need)
     assert refusal is not None and f"{2 * need / 2**30:.1f} GiB for 2 rank(s)" in refusal and "\n" not in refusal
+
+
+def test_cosine_decays_the_learning_rate_to_a_tenth_over_the_budgets_steps() -> None:
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3))], lr=3e-3)
+    schedule = torch_lm.cosine_schedule(optimizer, Budget(samples=2 * 8 * 100), samples_per_step=2 * 8)  # 100 steps
+    rates = []
+    for _ in range(100):
+        optimizer.step()
+        schedule.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    k = np.arange(1, 101)
+    np.testing.assert_allclose(rates, 3e-4 + (3e-3 - 3e-4) * (1 + np.cos(np.pi * k / 100)) / 2, rtol=1e-9, atol=1e-12)
+    with pytest.raises(SystemExit, match="--cosine needs the run's steps"):
+        torch_lm.cosine_schedule(optimizer, Budget(seconds=5.0), samples_per_step=16)
 
 
 @pytest.mark.mpi
