@@ -60,6 +60,8 @@ def run(hosts: list[nc.Host], folder: Path, strategy: str, args: argparse.Namesp
     command += ["-n", str(len(hosts)), "--strategy", strategy, "--no-progress", "--run-dir", str(run_dir)]
     command += ["-m", "fast_examples.torch_lm", "--size", args.size, "--epochs", str(args.steps // args.epoch_steps)]
     command += ["--steps-per-epoch", str(args.epoch_steps), "--snapshot-every", str(args.snapshot_every)]
+    if args.max_corpus_bytes:
+        command += ["--max-corpus-bytes", str(args.max_corpus_bytes)]
     done = subprocess.run(command, capture_output=True, text=True, env=environment(), timeout=args.timeout, cwd=folder)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -128,6 +130,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="steps per worker: the same budget for every run")
     parser.add_argument("--epoch-steps", type=int, default=100, help="steps per worker between evaluations")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--max-corpus-bytes", type=int, help="text to read (tiny: 4 MB; 100000000: the whole library)")
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--snapshot-every", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
