@@ -102,14 +102,14 @@ def train(
     rng = np.random.default_rng([seed, engine.rank])
     global_epoch = steps_per_epoch * batch_size * engine.size  # sequences of one epoch of every rank
     config = run_config()
-    budget = None if Budget.from_config(config) is not None else Budget(samples=epochs * global_epoch)
+    configured = Budget.from_config(config)  # fast run's budget, if it gave one
+    budget = None if configured is not None else Budget(samples=epochs * global_epoch)
     model = build_model(run.size, seed).to(device)
     if ddp:  # gloo on the MPI job's ranks; MASTER_ADDR and MASTER_PORT from the environment (fast run sets them)
         dist.init_process_group("gloo", rank=engine.rank, world_size=engine.size)
         strategy = Strategy()  # exchanges nothing, lockstep: DDP averages the gradients inside backward
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    job_budget = budget or Budget.from_config(config)
-    schedule = cosine_schedule(optimizer, job_budget, batch_size * engine.size) if cosine else None
+    schedule = cosine_schedule(optimizer, configured or budget, batch_size * engine.size) if cosine else None
     opt = fast.DistributedOptimizer(optimizer, model, strategy=strategy, budget=budget)
     worker = opt.fast_worker
     snapshots = attach_snapshots(worker, config.run_dir / SNAPSHOTS, snapshot_every) if config.run_dir else None
